@@ -1,0 +1,263 @@
+"""Test fixtures shared by every test.
+
+Where the broker comes from, in order: ``STOMP_BRIDGE_TEST_AMQP_URL``; a RabbitMQ
+answering on 127.0.0.1:5672; a testcontainers RabbitMQ when Docker is running.
+Without any of them integration tests fail (never skip) and say how to get one.
+
+Which STOMP server the integration tests talk to: the bridge (default, started
+in-process on a free port), or RabbitMQ's own STOMP plugin when
+``STOMP_BRIDGE_TEST_TARGET=native`` (port ``STOMP_BRIDGE_TEST_NATIVE_PORT``,
+default 61613). Running the same tests both ways is the differential test.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import socket
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+TARGET = os.environ.get("STOMP_BRIDGE_TEST_TARGET", "bridge")
+NATIVE_PORT = int(os.environ.get("STOMP_BRIDGE_TEST_NATIVE_PORT", "61613"))
+
+HOW_TO_GET_A_BROKER = (
+    "Integration tests need a RabbitMQ. Start one locally (`rabbitmq-server -detached`, "
+    "Debian package `rabbitmq-server`), or point STOMP_BRIDGE_TEST_AMQP_URL at one "
+    "(e.g. amqp://guest:guest@host:5672/), or run Docker so testcontainers can start one."
+)
+
+
+def _port_open(host: str, port: int, timeout: float = 1.0) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+@dataclass
+class Broker:
+    amqp_url: str
+    host: str
+    api_url: str  # management HTTP API base, e.g. http://127.0.0.1:15672/api
+    user: str
+    password: str
+
+
+def _find_broker() -> tuple[Broker | None, Any]:
+    url = os.environ.get("STOMP_BRIDGE_TEST_AMQP_URL")
+    container = None
+    if not url and _port_open("127.0.0.1", 5672):
+        url = "amqp://guest:guest@127.0.0.1:5672/"
+    if not url:
+        try:  # pragma: no cover - only where Docker runs
+            from testcontainers.rabbitmq import RabbitMqContainer
+
+            container = RabbitMqContainer("rabbitmq:3.13-management")
+            container.start()
+            host = container.get_container_host_ip()
+            port = container.get_exposed_port(5672)
+            url = f"amqp://guest:guest@{host}:{port}/"
+        except Exception:  # noqa: BLE001 - any failure means "no Docker"
+            return None, None
+    parsed = urllib.parse.urlsplit(url)
+    host = parsed.hostname or "127.0.0.1"
+    api = os.environ.get("STOMP_BRIDGE_TEST_API_URL", f"http://{host}:15672/api")
+    return (
+        Broker(
+            amqp_url=url,
+            host=host,
+            api_url=api,
+            user=urllib.parse.unquote(parsed.username or "guest"),
+            password=urllib.parse.unquote(parsed.password or "guest"),
+        ),
+        container,
+    )
+
+
+@pytest.fixture(scope="session")
+def broker():
+    found, container = _find_broker()
+    if found is None:
+        pytest.fail(HOW_TO_GET_A_BROKER, pytrace=False)
+    yield found
+    if container is not None:  # pragma: no cover
+        container.stop()
+
+
+class RabbitAPI:
+    """A small synchronous client for RabbitMQ's management HTTP API.
+
+    Tests use it to check what RabbitMQ really holds (queue names, durability,
+    arguments) and to publish or fetch messages outside STOMP.
+    """
+
+    def __init__(self, broker: Broker) -> None:
+        self.base = broker.api_url.rstrip("/")
+        token = base64.b64encode(f"{broker.user}:{broker.password}".encode()).decode()
+        self.auth = f"Basic {token}"
+
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.base + path, data=data, method=method)
+        req.add_header("Authorization", self.auth)
+        req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                raw = resp.read()
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return None
+            raise
+        return json.loads(raw) if raw else {}
+
+    @staticmethod
+    def q(text: str) -> str:
+        return urllib.parse.quote(text, safe="")
+
+    def queue(self, name: str, vhost: str = "/") -> dict | None:
+        return self.request("GET", f"/queues/{self.q(vhost)}/{self.q(name)}")
+
+    def queues(self, vhost: str = "/") -> list[dict]:
+        return self.request("GET", f"/queues/{self.q(vhost)}") or []
+
+    def delete_queue(self, name: str, vhost: str = "/") -> None:
+        self.request("DELETE", f"/queues/{self.q(vhost)}/{self.q(name)}")
+
+    def declare_queue(self, name: str, vhost: str = "/", **props: Any) -> None:
+        body = {"durable": True, "auto_delete": False, "arguments": {}}
+        body.update(props)
+        self.request("PUT", f"/queues/{self.q(vhost)}/{self.q(name)}", body)
+
+    def bindings(self, queue: str, vhost: str = "/") -> list[dict]:
+        return self.request("GET", f"/queues/{self.q(vhost)}/{self.q(queue)}/bindings") or []
+
+    def publish(
+        self,
+        exchange: str,
+        routing_key: str,
+        payload: str,
+        properties: dict | None = None,
+        vhost: str = "/",
+    ) -> bool:
+        name = exchange or "amq.default"
+        res = self.request(
+            "POST",
+            f"/exchanges/{self.q(vhost)}/{self.q(name)}/publish",
+            {
+                "properties": properties or {},
+                "routing_key": routing_key,
+                "payload": payload,
+                "payload_encoding": "string",
+            },
+        )
+        return bool(res and res.get("routed"))
+
+    def get(self, queue: str, count: int = 1, vhost: str = "/") -> list[dict]:
+        return (
+            self.request(
+                "POST",
+                f"/queues/{self.q(vhost)}/{self.q(queue)}/get",
+                {"count": count, "ackmode": "ack_requeue_false", "encoding": "auto"},
+            )
+            or []
+        )
+
+    def create_vhost(self, vhost: str, user: str = "guest") -> None:
+        self.request("PUT", f"/vhosts/{self.q(vhost)}", {})
+        self.request(
+            "PUT",
+            f"/permissions/{self.q(vhost)}/{self.q(user)}",
+            {"configure": ".*", "write": ".*", "read": ".*"},
+        )
+
+    def delete_vhost(self, vhost: str) -> None:
+        self.request("DELETE", f"/vhosts/{self.q(vhost)}")
+
+    def create_user(self, user: str, password: str, tags: str = "") -> None:
+        self.request("PUT", f"/users/{self.q(user)}", {"password": password, "tags": tags})
+
+    def delete_user(self, user: str) -> None:
+        self.request("DELETE", f"/users/{self.q(user)}")
+
+    def set_permissions(
+        self, user: str, vhost: str = "/", configure: str = ".*", write: str = ".*", read: str = ".*"
+    ) -> None:
+        self.request(
+            "PUT",
+            f"/permissions/{self.q(vhost)}/{self.q(user)}",
+            {"configure": configure, "write": write, "read": read},
+        )
+
+    def set_topic_permissions(
+        self, user: str, vhost: str = "/", exchange: str = "amq.topic", write: str = ".*", read: str = ".*"
+    ) -> None:
+        self.request(
+            "PUT",
+            f"/topic-permissions/{self.q(vhost)}/{self.q(user)}",
+            {"exchange": exchange, "write": write, "read": read},
+        )
+
+    def overview(self) -> dict:
+        return self.request("GET", "/overview")
+
+
+@pytest.fixture(scope="session")
+def rabbit(broker) -> RabbitAPI:
+    api = RabbitAPI(broker)
+    try:
+        api.overview()
+    except Exception as exc:  # noqa: BLE001
+        pytest.fail(
+            f"RabbitMQ's management API is not reachable at {broker.api_url} ({exc}). "
+            "Enable it with `rabbitmq-plugins enable rabbitmq_management` "
+            "or set STOMP_BRIDGE_TEST_API_URL.",
+            pytrace=False,
+        )
+    return api
+
+
+@dataclass
+class StompTarget:
+    host: str
+    port: int
+    native: bool
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return (self.host, self.port)
+
+
+@pytest.fixture(scope="session")
+def stomp_target(broker) -> StompTarget:
+    if TARGET == "native":
+        if not _port_open(broker.host, NATIVE_PORT):
+            pytest.fail(
+                f"STOMP_BRIDGE_TEST_TARGET=native but nothing answers on {broker.host}:{NATIVE_PORT}. "
+                "Run `rabbitmq-plugins enable rabbitmq_stomp`.",
+                pytrace=False,
+            )
+        yield StompTarget(broker.host, NATIVE_PORT, native=True)
+        return
+    from tests.bridge_runner import BridgeThread
+
+    bridge = BridgeThread(amqp_url=broker.amqp_url)
+    bridge.start()
+    try:
+        yield StompTarget("127.0.0.1", bridge.port, native=False)
+    finally:
+        bridge.stop()
+
+
+@pytest.fixture
+def unique() -> str:
+    """A name no other test (or earlier run) uses."""
+    return uuid.uuid4().hex[:12]
