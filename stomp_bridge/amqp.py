@@ -1,0 +1,342 @@
+"""The AMQP 0-9-1 side of one STOMP connection.
+
+aiormq owns the socket, the handshake, heart-beats and RPCs (declare, bind,
+consume, qos). The two per-message paths bypass its generic API, which costs a
+lock, a future and a random ``message_id`` per publish and a task per delivery:
+
+* publishes and acks are marshalled straight into a batch that is handed to
+  aiormq's writer once per chunk of client bytes (``flush``), and publisher
+  confirms are tracked by delivery-tag ranges in the session, not by futures;
+* deliveries are read off the channel and handed synchronously to
+  ``on_delivery``.
+
+One channel per STOMP connection: every STOMP error ends the connection, so a
+channel error never has to be survived.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import urllib.parse
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any
+
+import aiormq
+import aiormq.exceptions as amqp_exc
+import pamqp.frame
+from aiormq.abc import ChannelFrame
+from pamqp import commands as spec
+from pamqp.body import ContentBody
+from pamqp.header import ContentHeader
+
+from .protocol.errors import AccessRefused, BrokerError, StompError
+
+log = logging.getLogger(__name__)
+
+DeliveryCallback = Callable[[spec.Basic.Deliver, spec.Basic.Properties, bytes], None]
+
+
+def broker_error(exc: BaseException) -> StompError:
+    """Turn an aiormq exception into the ERROR the plugin would send.
+
+    The plugin names the AMQP error (``not_found``, ``precondition_failed`` …)
+    in the ``message`` header and quotes RabbitMQ's reply text in the body.
+    """
+    if isinstance(exc, StompError):
+        return exc
+    text = ""
+    if exc.args and isinstance(exc.args[0], str):
+        text = exc.args[0]
+    elif exc.args and hasattr(exc.args[0], "reply_text"):
+        text = exc.args[0].reply_text
+    if " - " in text:
+        name = text.split(" - ", 1)[0].strip().lower()
+        return BrokerError(name, text)
+    if isinstance(exc, (amqp_exc.AMQPConnectionError, ConnectionError, OSError)):
+        return BrokerError(
+            "Broker connection lost",
+            f"The connection to RabbitMQ closed ({exc!r}). Reconnect to retry.",
+        )
+    return BrokerError("Processing error", text or repr(exc))
+
+
+def _vhost_url(base_url: str, login: str, passcode: str, vhost: str) -> str:
+    """The broker URL with the STOMP client's own credentials and vhost."""
+    parts = urllib.parse.urlsplit(base_url)
+    host = parts.hostname or "localhost"
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = (
+        f"{urllib.parse.quote(login, safe='')}:{urllib.parse.quote(passcode, safe='')}@{host}"
+    )
+    if parts.port:
+        netloc += f":{parts.port}"
+    path = "/" + urllib.parse.quote(vhost, safe="")
+    return urllib.parse.urlunsplit((parts.scheme, netloc, path, parts.query, ""))
+
+
+def version_tuple(text: str) -> tuple[int, ...]:
+    out = []
+    for part in text.split("."):
+        digits = "".join(ch for ch in part if ch.isdigit())
+        if not digits:
+            break
+        out.append(int(digits))
+    return tuple(out)
+
+
+_PROPERTY_FIELDS = frozenset(spec.Basic.Properties.__slots__)
+
+
+def make_properties(props: dict[str, Any]) -> spec.Basic.Properties:
+    ts = props.get("timestamp")
+    if isinstance(ts, int):
+        props = dict(props, timestamp=datetime.fromtimestamp(ts, tz=timezone.utc))
+    return spec.Basic.Properties(**props)
+
+
+def properties_dict(props: spec.Basic.Properties) -> dict[str, Any]:
+    """Only the properties that are set, timestamps as epoch seconds."""
+    out = {}
+    for name in _PROPERTY_FIELDS:
+        value = getattr(props, name, None)
+        if value is None:
+            continue
+        if isinstance(value, datetime):
+            if value.tzinfo is None:
+                value = value.replace(tzinfo=timezone.utc)
+            value = int(value.timestamp())
+        out[name] = value
+    return out
+
+
+class AmqpSession:
+    """The AMQP connection and channel that serve one STOMP connection."""
+
+    def __init__(self, connection: aiormq.Connection, channel: aiormq.Channel) -> None:
+        self.connection = connection
+        self.channel = channel
+        self.broker_version = version_tuple(
+            str(connection.server_properties.get("version", b"0"), "utf-8")
+            if isinstance(connection.server_properties.get("version"), bytes)
+            else str(connection.server_properties.get("version", "0"))
+        )
+        self.publish_seq = 0  # the broker numbers confirms from 1 on this channel
+        self._batch: list[bytes] = []
+        self._channel_number = channel.number
+        self._max_body = connection.connection_tune.frame_max - 8
+        self.on_delivery: DeliveryCallback | None = None
+        self.on_confirm: Callable[[int, bool, bool], None] | None = None
+        self.on_closed: Callable[[StompError], None] | None = None
+        self.on_cancelled: Callable[[str], None] | None = None
+        self._closing = False
+        # The lean paths: see the module docstring.
+        channel._on_deliver_frame = self._on_deliver_frame  # type: ignore[method-assign]
+        channel._on_confirm_frame = self._on_confirm_frame  # type: ignore[method-assign]
+        channel.on_consumer_cancel_callbacks.add(self._on_cancel)
+        channel.closing.add_done_callback(self._on_channel_closing)
+        connection.closing.add_done_callback(self._on_channel_closing)
+
+    @classmethod
+    async def open(
+        cls,
+        base_url: str,
+        login: str,
+        passcode: str,
+        vhost: str,
+        *,
+        client_name: str,
+        heartbeat: int = 60,
+    ) -> AmqpSession:
+        url = _vhost_url(base_url, login, passcode, vhost)
+        sep = "&" if "?" in url else "?"
+        url += f"{sep}heartbeat={heartbeat}"
+        try:
+            connection = await aiormq.connect(
+                url,
+                client_properties={"connection_name": client_name, "product": "stomp-bridge"},
+            )
+        except amqp_exc.ProbableAuthenticationError as exc:
+            raise AccessRefused(
+                "Bad CONNECT", f"Access refused for user '{login}'", private=str(exc)
+            ) from exc
+        except amqp_exc.AuthenticationError as exc:
+            raise AccessRefused(
+                "Bad CONNECT", f"Access refused for user '{login}'", private=str(exc)
+            ) from exc
+        except (amqp_exc.InvalidFrameError, amqp_exc.ConnectionNotAllowed) as exc:
+            # RabbitMQ answers connection.open on an unknown or forbidden vhost
+            # with connection.close (NOT_ALLOWED).
+            raise AccessRefused(
+                "Bad CONNECT", f"Virtual host '{vhost}' access denied", private=str(exc)
+            ) from exc
+        except (OSError, amqp_exc.AMQPError, asyncio.TimeoutError) as exc:
+            raise BrokerError(
+                "Broker unavailable",
+                "The bridge could not reach RabbitMQ; try again later.",
+                private=repr(exc),
+            ) from exc
+        try:
+            channel = await connection.channel(publisher_confirms=True)
+        except BaseException:
+            await connection.close()
+            raise
+        return cls(connection, channel)
+
+    # -- the lean per-message paths -------------------------------------------------
+
+    def publish(
+        self, exchange: str, routing_key: str, properties: spec.Basic.Properties, body: bytes
+    ) -> int:
+        """Queue a publish in the current batch; returns its confirm sequence number."""
+        number = self._channel_number
+        batch = self._batch
+        batch.append(
+            pamqp.frame.marshal(
+                spec.Basic.Publish(exchange=exchange, routing_key=routing_key), number
+            )
+        )
+        batch.append(pamqp.frame.marshal(ContentHeader(0, len(body), properties), number))
+        if body:
+            step = self._max_body
+            for start in range(0, len(body), step):
+                batch.append(pamqp.frame.marshal(ContentBody(body[start : start + step]), number))
+        self.publish_seq += 1
+        return self.publish_seq
+
+    def ack(self, delivery_tag: int, multiple: bool = False) -> None:
+        self._batch.append(
+            pamqp.frame.marshal(
+                spec.Basic.Ack(delivery_tag=delivery_tag, multiple=multiple), self._channel_number
+            )
+        )
+
+    def nack(self, delivery_tag: int, multiple: bool = False, requeue: bool = True) -> None:
+        self._batch.append(
+            pamqp.frame.marshal(
+                spec.Basic.Nack(delivery_tag=delivery_tag, multiple=multiple, requeue=requeue),
+                self._channel_number,
+            )
+        )
+
+    async def flush(self) -> None:
+        """Hand the batch to aiormq's writer; waits only when its queue is full.
+
+        That wait is the backpressure path: while RabbitMQ blocks the
+        connection (resource alarm) the writer stops, the queue fills, and the
+        session stops reading from the client.
+        """
+        if not self._batch:
+            return
+        frame = ChannelFrame(payload=b"".join(self._batch), should_close=False)
+        self._batch.clear()
+        queue = self.connection.write_queue
+        try:
+            queue.put_nowait(frame)
+        except asyncio.QueueFull:
+            await queue.put(frame)
+
+    async def _on_deliver_frame(self, frame: spec.Basic.Deliver) -> None:
+        header = await self.channel._get_frame()
+        if not isinstance(header, ContentHeader):
+            raise amqp_exc.InvalidFrameError(f"expected a content header, got {header!r}")
+        message = await self.channel._read_content(frame, header)
+        callback = self.on_delivery
+        if callback is not None:
+            callback(frame, header.properties, message.body)
+
+    async def _on_confirm_frame(self, frame: spec.Basic.Ack | spec.Basic.Nack) -> None:
+        callback = self.on_confirm
+        if callback is not None:
+            callback(frame.delivery_tag, frame.multiple, isinstance(frame, spec.Basic.Nack))
+
+    def _on_cancel(self, frame: spec.Basic.Cancel) -> None:
+        if self.on_cancelled is not None and frame.consumer_tag:
+            self.on_cancelled(frame.consumer_tag)
+
+    def _on_channel_closing(self, future: asyncio.Future) -> None:
+        if self._closing or self.on_closed is None:
+            return
+        if future.cancelled():
+            exc: BaseException = ConnectionError("channel closed")
+        else:
+            exc = future.exception() or ConnectionError("channel closed")
+        self.on_closed(broker_error(exc))
+
+    # -- RPCs: the batch goes first so the broker sees frames in client order -------
+
+    async def _rpc(self, coro_fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        await self.flush()
+        try:
+            return await coro_fn(*args, **kwargs)
+        except StompError:
+            raise
+        except (amqp_exc.AMQPError, amqp_exc.ChannelInvalidStateError, ConnectionError) as exc:
+            raise broker_error(exc) from exc
+
+    async def declare_queue(
+        self,
+        name: str,
+        *,
+        passive: bool = False,
+        durable: bool = False,
+        exclusive: bool = False,
+        auto_delete: bool = False,
+        arguments: dict[str, Any] | None = None,
+    ) -> str:
+        ok = await self._rpc(
+            self.channel.queue_declare,
+            name,
+            passive=passive,
+            durable=durable,
+            exclusive=exclusive,
+            auto_delete=auto_delete,
+            arguments=arguments or None,
+        )
+        return ok.queue
+
+    async def bind(self, queue: str, exchange: str, routing_key: str) -> None:
+        await self._rpc(self.channel.queue_bind, queue, exchange, routing_key=routing_key)
+
+    async def delete_queue(self, queue: str) -> None:
+        await self._rpc(self.channel.queue_delete, queue)
+
+    async def qos(self, prefetch_count: int) -> None:
+        await self._rpc(self.channel.basic_qos, prefetch_count=prefetch_count)
+
+    async def consume(
+        self,
+        queue: str,
+        consumer_tag: str,
+        *,
+        no_ack: bool,
+        arguments: dict[str, Any] | None = None,
+    ) -> None:
+        await self._rpc(
+            self.channel.basic_consume,
+            queue,
+            _unused_consumer,
+            no_ack=no_ack,
+            consumer_tag=consumer_tag,
+            arguments=arguments or None,
+        )
+
+    async def cancel(self, consumer_tag: str) -> None:
+        await self._rpc(self.channel.basic_cancel, consumer_tag)
+
+    async def close(self) -> None:
+        self._closing = True
+        try:
+            await self.flush()
+        except Exception:  # noqa: BLE001 - closing anyway
+            pass
+        try:
+            await asyncio.wait_for(self.connection.close(), timeout=5)
+        except Exception as exc:  # noqa: BLE001 - the broker may already be gone
+            log.debug("amqp close failed: %r", exc)
+
+
+async def _unused_consumer(message: Any) -> None:  # pragma: no cover - never called
+    """aiormq wants a callback per consumer; deliveries go through ``on_delivery``."""

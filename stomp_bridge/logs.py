@@ -1,0 +1,53 @@
+"""Structured logging: ``key=value`` text or one JSON object per line.
+
+Fields passed through ``extra=`` are printed after the message, so a log line
+can be grepped or parsed without a regular expression per message.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+_STANDARD = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
+
+
+def _fields(record: logging.LogRecord) -> dict[str, object]:
+    return {k: v for k, v in record.__dict__.items() if k not in _STANDARD and v not in ("", None)}
+
+
+class TextFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        base = f"{self.formatTime(record)} {record.levelname} {record.name}: {record.getMessage()}"
+        extra = " ".join(f"{k}={v!r}" if isinstance(v, str) and " " in v else f"{k}={v}"
+                         for k, v in _fields(record).items())
+        line = f"{base} {extra}" if extra else base
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        data: dict[str, object] = {
+            "time": self.formatTime(record),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        data.update(_fields(record))
+        if record.exc_info:
+            data["exception"] = self.formatException(record.exc_info)
+        return json.dumps(data, default=str)
+
+
+def configure(level: str = "INFO", fmt: str = "text") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    # aiormq logs every broker-side consumer cancel and close at WARNING; the
+    # session already turns those into ERROR frames and its own log line.
+    logging.getLogger("aiormq").setLevel(max(logging.ERROR, root.level))

@@ -1,0 +1,200 @@
+"""Listeners, the per-connection transport loop, heart-beats, and shutdown.
+
+The transport reads a chunk, lets the parser cut it into frames, hands each
+frame to the session, then flushes the session's AMQP batch once per chunk.
+Not reading while a frame is being handled is the backpressure towards the
+client: a slow broker (or a blocked connection) stops the socket reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from typing import Any
+
+from .protocol.errors import ProtocolError, StompError
+from .session import Session
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+
+READ_SIZE = 256 * 1024
+
+
+class Connection:
+    """One client socket: bytes to frames to the session, and heart-beats."""
+
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, settings: Settings
+    ) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.settings = settings
+        self.loop = asyncio.get_running_loop()
+        self.transport = writer.transport
+        peer = writer.get_extra_info("peername")
+        self.peer = peer[0] if isinstance(peer, tuple) else None
+        self.last_read = self.last_write = self.loop.time()
+        self._timers: list[asyncio.TimerHandle] = []
+        self.session = Session(settings, self._write, self._close, peer=self.peer)
+
+    def _write(self, data: bytes) -> None:
+        if not self.transport.is_closing():
+            self.transport.write(data)
+            self.last_write = self.loop.time()
+
+    def _close(self) -> None:
+        for timer in self._timers:
+            timer.cancel()
+        self._timers.clear()
+        if not self.transport.is_closing():
+            self.transport.close()
+
+    async def run(self) -> None:
+        session = self.session
+        parser = session.parser
+        self._timers.append(self.loop.call_later(self.settings.connect_timeout, self._connect_timeout))
+        try:
+            while not session.closed:
+                data = await self.reader.read(READ_SIZE)
+                if not data:
+                    break
+                self.last_read = self.loop.time()
+                parser.feed(data)
+                while not session.closed:
+                    frame = parser.next_frame()
+                    if frame is None:
+                        break
+                    connected_before = session.amqp is not None
+                    await session.handle(frame)
+                    if not connected_before and session.amqp is not None:
+                        self._start_heartbeats()
+                await session.flush()
+        except StompError as exc:
+            session.fail(exc)
+        except (ConnectionError, OSError):
+            pass
+        except Exception as exc:  # noqa: BLE001 - a client's bytes must never kill the bridge
+            log.exception("unexpected error handling a STOMP connection")
+            session.fail(StompError("Processing error", "Processing error", private=repr(exc)))
+        finally:
+            self._close()
+            await session.close()
+
+    def _connect_timeout(self) -> None:
+        if self.session.amqp is None and not self.session.closed:
+            self.session.fail(
+                ProtocolError(
+                    "Connect timeout",
+                    f"No CONNECT frame within {self.settings.connect_timeout:g} seconds",
+                )
+            )
+
+    # -- heart-beats (STOMP 1.1 §Heart-beating) ------------------------------------
+
+    def _start_heartbeats(self) -> None:
+        send_ms, recv_ms = self.session.heartbeat
+        if send_ms:
+            self._schedule_send(send_ms / 1000)
+        if recv_ms:
+            self._schedule_check(recv_ms / 1000 * self.settings.heartbeat_tolerance)
+
+    def _schedule_send(self, interval: float) -> None:
+        def beat() -> None:
+            if self.session.closed:
+                return
+            idle = self.loop.time() - self.last_write
+            if idle >= interval * 0.9:
+                self._write(b"\n")
+                idle = 0.0
+            self._timers.append(self.loop.call_later(interval - idle, beat))
+
+        self._timers.append(self.loop.call_later(interval, beat))
+
+    def _schedule_check(self, limit: float) -> None:
+        def check() -> None:
+            if self.session.closed:
+                return
+            silent = self.loop.time() - self.last_read
+            if silent >= limit:
+                self.session.fail(
+                    ProtocolError(
+                        "Heart-beat timeout",
+                        f"Nothing received from the client for {silent:.1f} s "
+                        f"(agreed heart-beat {self.session.heartbeat[1]} ms)",
+                    )
+                )
+                return
+            self._timers.append(self.loop.call_later(limit - silent, check))
+
+        self._timers.append(self.loop.call_later(limit, check))
+
+
+class BridgeServer:
+    """The STOMP listener(s) and the registry of live connections."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._server: asyncio.base_events.Server | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return self._server.sockets[0].getsockname()[1]
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(
+            self._handle, self.settings.host, self.settings.port, limit=READ_SIZE
+        )
+        log.info(
+            "stomp-bridge listening",
+            extra={"host": self.settings.host, "port": self.port, "amqp": _censor(self.settings.amqp_url)},
+        )
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        try:
+            await Connection(reader, writer, self.settings).run()
+        finally:
+            self._tasks.discard(task)
+
+    @property
+    def connection_count(self) -> int:
+        return len(self._tasks)
+
+    async def close(self) -> None:
+        """Stop accepting, then end every connection (their AMQP connections with them)."""
+        if self._server is not None:
+            self._server.close()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    async def serve_forever(self) -> None:
+        await self.start()
+        assert self._server is not None
+        await self._server.serve_forever()
+
+
+def _censor(url: str) -> str:
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(url)
+    if parts.password:
+        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+        return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+    return url

@@ -1,0 +1,620 @@
+"""One STOMP connection's logic: frames in, AMQP operations and frames out.
+
+Every client command has one handler (``_on_<command>``); a reader finds where
+a SUBSCRIBE becomes a queue declare in :meth:`Session._on_subscribe`.
+Handlers raise :class:`StompError`; :meth:`Session.fail` is the one place that
+turns an error into an ERROR frame and ends the connection.
+
+Receipts: the AMQP channel is in confirm mode, so every publish gets a broker
+confirm. A RECEIPT (for any frame) is held until every publish made before its
+frame is confirmed, and receipts leave in frame order. One RECEIPT therefore
+confirms everything the client sent before it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import secrets
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from . import __version__
+from .amqp import AmqpSession, broker_error, make_properties, properties_dict
+from .protocol import destinations as dest
+from .protocol import headers as hdr
+from .protocol.errors import AccessRefused, BrokerError, ProtocolError, StompError
+from .protocol.frames import Frame, serialize
+from .protocol.parser import FrameParser, Limits
+
+if TYPE_CHECKING:
+    from pamqp import commands as spec
+
+    from .settings import Settings
+
+log = logging.getLogger(__name__)
+
+SUPPORTED_VERSIONS = ("1.0", "1.1", "1.2")
+
+
+@dataclass(slots=True)
+class Subscription:
+    id: str  # the STOMP subscription id (``subscription`` header on MESSAGE)
+    consumer_tag: str
+    destination: str
+    queue: str
+    ack_mode: str  # "auto" | "client" | "client-individual"
+
+
+def negotiate_version(accept: str | None) -> str:
+    """STOMP 1.1: absent accept-version means 1.0; pick the highest common one."""
+    if accept is None:
+        return "1.0"
+    offered = {v.strip() for v in accept.split(",")}
+    for version in reversed(SUPPORTED_VERSIONS):
+        if version in offered:
+            return version
+    raise ProtocolError("Version mismatch", f"Supported versions are {','.join(SUPPORTED_VERSIONS)}\n")
+
+
+def _heartbeat_seconds(ms: int) -> int:
+    """The plugin's rounding: heart-beats are whole seconds, at least 1 when asked for."""
+    if ms <= 0:
+        return 0
+    if ms < 1000:
+        return 1
+    return ms // 1000
+
+
+def parse_heartbeat(value: str) -> tuple[int, int]:
+    try:
+        cx, cy = (int(part.strip()) for part in value.split(","))
+    except ValueError:
+        raise ProtocolError(
+            "Invalid heart-beat header",
+            f"heart-beat must be two comma-separated integers (milliseconds), got {value!r}",
+        ) from None
+    if cx < 0 or cy < 0:
+        raise ProtocolError("Invalid heart-beat header", f"negative heart-beat value in {value!r}")
+    return cx, cy
+
+
+def _is_loopback(peer: str | None) -> bool:
+    if not peer:
+        return False
+    try:
+        return ipaddress.ip_address(peer.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False
+
+
+class Session:
+    """State of one STOMP connection; the transport feeds it frames."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        write: Callable[[bytes], None],
+        close_transport: Callable[[], None],
+        peer: str | None = None,
+    ) -> None:
+        self.settings = settings
+        self._write = write
+        self._close_transport = close_transport
+        self.peer = peer
+        self.version = "1.2"  # escaping for frames before negotiation
+        self.session_id = ""
+        self.parser = FrameParser(
+            Limits(
+                max_frame_size=settings.max_frame_size_before_login,
+                max_headers=settings.max_headers,
+                max_header_length=settings.max_header_length,
+            )
+        )
+        self.amqp: AmqpSession | None = None
+        self.closed = False
+        self.heartbeat: tuple[int, int] = (0, 0)  # (server sends every, server expects every) ms
+        self.subscriptions: dict[str, Subscription] = {}  # by consumer tag
+        self.unacked: dict[int, Subscription] = {}  # delivery tag -> subscription, in order
+        self.declared_queues: set[str] = set()
+        self.reply_queues: dict[str, str] = {}  # /temp-queue/<id> -> queue name
+        self.transactions: dict[str, list[Frame]] = {}
+        self._unconfirmed: dict[int, None] = {}  # ordered set of publish sequence numbers
+        self._receipts: deque[tuple[int, bytes]] = deque()
+        self._drained: asyncio.Future[None] | None = None
+        self._connected = asyncio.Event()
+
+    # -- entry points used by the transport --------------------------------------
+
+    async def handle(self, frame: Frame) -> None:
+        if self.closed:
+            return
+        command = frame.command
+        if self.amqp is None:
+            if command in ("CONNECT", "STOMP"):
+                await self._on_connect(frame, implicit=False)
+                return
+            if not self.settings.implicit_connect:
+                raise ProtocolError("Illegal command", "You must log in using CONNECT first")
+            await self._on_connect(Frame("CONNECT", {}), implicit=True)
+        if self.version == "1.0":
+            # rabbit_stomp_util:trim_headers: 1.0 header values lose leading blanks.
+            frame.headers = {k: v.lstrip() for k, v in frame.headers.items()}
+        handler = _HANDLERS.get(command)
+        if handler is None:
+            raise ProtocolError("Bad command", f'Could not interpret command "{command}"\n')
+        try:
+            await handler(self, frame)
+        except StompError as exc:
+            if exc.receipt_id is None:
+                exc.receipt_id = frame.headers.get("receipt")
+            raise
+
+    async def flush(self) -> None:
+        """Called by the transport after each chunk of client bytes is handled."""
+        if self.amqp is not None and not self.closed:
+            try:
+                await self.amqp.flush()
+            except Exception as exc:  # noqa: BLE001
+                raise broker_error(exc) from exc
+
+    def fail(self, error: StompError) -> None:
+        """The one place an error becomes an ERROR frame; the connection then ends."""
+        if self.closed:
+            return
+        headers = {
+            "message": error.message,
+            "content-type": "text/plain",
+            "version": ",".join(SUPPORTED_VERSIONS),
+        }
+        if error.receipt_id is not None:
+            headers["receipt-id"] = error.receipt_id
+        body = error.detail.encode("utf-8")
+        log.info(
+            "stomp error sent",
+            extra={"peer": self.peer, "error": error.message, "detail": error.detail,
+                   "private": error.private},
+        )
+        try:
+            self._write(serialize(Frame("ERROR", headers, body), self.version))
+        except Exception:  # noqa: BLE001 - the socket may already be gone
+            pass
+        self.closed = True
+        self._close_transport()
+
+    async def close(self) -> None:
+        """Release everything the connection holds; idempotent."""
+        self.closed = True
+        self.transactions.clear()
+        if self._drained is not None and not self._drained.done():
+            self._drained.cancel()
+        amqp, self.amqp = self.amqp, None
+        if amqp is not None:
+            await amqp.close()
+
+    # -- CONNECT ------------------------------------------------------------------
+
+    async def _on_connect(self, frame: Frame, *, implicit: bool) -> None:
+        if self.amqp is not None:
+            raise ProtocolError("Bad CONNECT", "Already connected: CONNECT may be sent once")
+        s = self.settings
+        version = negotiate_version(frame.headers.get("accept-version"))
+        headers = frame.headers
+        if version == "1.0":
+            headers = {k: v.lstrip() for k, v in headers.items()}
+        login = headers.get("login")
+        if login is None:
+            login, passcode = s.default_user, s.default_pass
+            if login is None:
+                raise AccessRefused(
+                    "Bad CONNECT",
+                    "No login header and no default_user configured on the bridge",
+                )
+        else:
+            passcode = headers.get("passcode", s.default_pass or "")
+        vhost = headers.get("host", s.default_vhost)
+        cx, cy = parse_heartbeat(headers.get("heart-beat", "0,0"))
+        if login in s.loopback_users and not _is_loopback(self.peer):
+            raise AccessRefused("Bad CONNECT", "non-loopback access denied")
+        self.amqp = await AmqpSession.open(
+            s.amqp_url,
+            login,
+            passcode or "",
+            vhost,
+            client_name=f"stomp-bridge {self.peer or ''} ({login})",
+            heartbeat=s.amqp_heartbeat,
+        )
+        self.login = login
+        self.amqp.on_delivery = self._on_delivery
+        self.amqp.on_confirm = self._on_confirm
+        self.amqp.on_closed = self.fail
+        self.amqp.on_cancelled = self._on_server_cancel
+        self.version = version
+        self.parser.version = version
+        self.parser.limits = Limits(
+            max_frame_size=s.max_frame_size,
+            max_headers=s.max_headers,
+            max_header_length=s.max_header_length,
+        )
+        self.session_id = "session-" + secrets.token_urlsafe(16)
+        send_s, recv_s = _heartbeat_seconds(cy), _heartbeat_seconds(cx)
+        self.heartbeat = (send_s * 1000, recv_s * 1000)
+        self._connected.set()
+        if implicit:
+            return  # the plugin sends no CONNECTED for an implicit connect
+        out = {
+            "session": self.session_id,
+            "heart-beat": f"{send_s * 1000},{recv_s * 1000}",
+            "version": version,
+        }
+        if not s.hide_server_info:
+            broker = ".".join(map(str, self.amqp.broker_version))
+            out["server"] = f"stomp-bridge/{__version__} (RabbitMQ/{broker})"
+        self._write(serialize(Frame("CONNECTED", out), version))
+
+    # -- DISCONNECT ---------------------------------------------------------------
+
+    async def _on_disconnect(self, frame: Frame) -> None:
+        receipt = frame.headers.get("receipt")
+        if receipt is not None:
+            await self.flush()
+            self._queue_receipt(receipt)
+            if self._receipts:
+                self._drained = asyncio.get_running_loop().create_future()
+                await self._drained
+        self.closed = True
+        self._close_transport()
+
+    # -- SEND ---------------------------------------------------------------------
+
+    async def _on_send(self, frame: Frame) -> None:
+        if self._in_transaction(frame):
+            return
+        await self._send(frame)
+        self._maybe_receipt(frame)
+
+    async def _send(self, frame: Frame) -> None:
+        headers = frame.headers
+        if "message-id" in headers:
+            raise ProtocolError("Invalid header", "'message-id' is not allowed on 'SEND'.\n")
+        destination = self._destination(frame, "SEND")
+        amqp = self._amqp()
+        exchange, routing_key, declare = dest.send_target(
+            destination, self.settings.default_topic_exchange
+        )
+        if declare is not None and declare not in self.declared_queues:
+            params = hdr.queue_params(headers, destination)
+            await amqp.declare_queue(declare, **params)
+            self.declared_queues.add(declare)
+        reply_to = headers.get("reply-to")
+        if reply_to is not None and reply_to.startswith("/temp-queue/"):
+            headers = dict(headers)
+            headers["reply-to"] = await self._reply_queue(reply_to)
+        props = hdr.properties_from_send(headers)
+        seq = amqp.publish(exchange, routing_key, make_properties(props), frame.body)
+        self._unconfirmed[seq] = None
+
+    async def _reply_queue(self, reply_to: str) -> str:
+        """/temp-queue/<id>: one private queue per id, auto-subscribed (plugin semantics)."""
+        existing = self.reply_queues.get(reply_to)
+        if existing is None:
+            amqp = self._amqp()
+            name = dest.temp_queue_name()
+            await amqp.declare_queue(name, exclusive=True, auto_delete=True)
+            tag = dest.reply_to_consumer_tag(reply_to)
+            await amqp.consume(name, tag, no_ack=True)
+            self.subscriptions[tag] = Subscription(
+                id=reply_to, consumer_tag=tag, destination=reply_to, queue=name, ack_mode="auto"
+            )
+            self.reply_queues[reply_to] = existing = name
+        return dest.reply_queue_destination(existing)
+
+    # -- SUBSCRIBE / UNSUBSCRIBE ----------------------------------------------------
+
+    async def _on_subscribe(self, frame: Frame) -> None:
+        headers = frame.headers
+        destination = self._destination(frame, "SUBSCRIBE")
+        sub_id, tag = dest.subscription_ids(headers)
+        if tag in self.subscriptions:
+            raise ProtocolError(
+                "Duplicated subscription identifier",
+                f"A subscription identified by '{sub_id}' already exists.",
+            )
+        if len(self.subscriptions) >= self.settings.max_subscriptions:
+            raise ProtocolError(
+                "Too many subscriptions",
+                f"A connection may hold at most {self.settings.max_subscriptions} subscriptions",
+            )
+        if _is_durable(headers) and "id" not in headers:
+            raise ProtocolError("Missing Header", "Header 'id' is required for durable subscriptions")
+        ack_mode = headers.get("ack", "auto")
+        if ack_mode not in ("auto", "client", "client-individual"):
+            raise ProtocolError(
+                "Invalid ack header", f"ack must be auto, client or client-individual, not {ack_mode!r}"
+            )
+        amqp = self._amqp()
+        plan = dest.subscribe_plan(
+            destination, headers, self.settings.default_topic_exchange
+        )
+        if plan.declare:
+            queue = await amqp.declare_queue(
+                plan.queue,
+                passive=plan.passive,
+                durable=plan.durable,
+                exclusive=plan.exclusive,
+                auto_delete=plan.auto_delete,
+                arguments=plan.arguments,
+            )
+        else:
+            queue = plan.queue
+        for exchange, key in plan.bindings:
+            await amqp.bind(queue, exchange, key)
+        prefetch = _int_header(headers, "prefetch-count", 0)
+        await amqp.qos(prefetch)
+        arguments = hdr.consume_arguments(headers, self._amqp().broker_version)
+        sub = Subscription(
+            id=sub_id, consumer_tag=tag, destination=headers["destination"], queue=queue,
+            ack_mode=ack_mode,
+        )
+        self.subscriptions[tag] = sub
+        try:
+            await amqp.consume(queue, tag, no_ack=ack_mode == "auto", arguments=arguments)
+        except BaseException:
+            self.subscriptions.pop(tag, None)
+            raise
+        self._maybe_receipt(frame)
+
+    async def _on_unsubscribe(self, frame: Frame) -> None:
+        headers = frame.headers
+        if "id" not in headers and "destination" not in headers:
+            raise ProtocolError(
+                "Missing destination or id", "UNSUBSCRIBE must include a 'destination' or 'id' header"
+            )
+        sub_id, tag = dest.subscription_ids(headers)
+        sub = self.subscriptions.get(tag)
+        if sub is None or sub.id.startswith("/temp-queue/"):
+            raise ProtocolError(
+                "No subscription found",
+                f"UNSUBSCRIBE must refer to an existing subscription.\nSubscription to {sub_id!r} not found.\n",
+            )
+        amqp = self._amqp()
+        await amqp.cancel(tag)
+        del self.subscriptions[tag]
+        if _is_durable(headers) and sub.destination.startswith("/topic/"):
+            await amqp.delete_queue(sub.queue)
+        self._maybe_receipt(frame)
+
+    def _on_server_cancel(self, consumer_tag: str) -> None:
+        sub = self.subscriptions.pop(consumer_tag, None)
+        if sub is None:
+            return
+        headers = {
+            "message": "Server cancelled subscription",
+            "subscription": sub.id,
+            "content-type": "text/plain",
+            "version": ",".join(SUPPORTED_VERSIONS),
+        }
+        body = (
+            "The server has canceled a subscription.\n"
+            f"No more messages will be delivered for {sub.destination!r}.\n"
+        ).encode()
+        # The plugin reports this without closing the connection.
+        self._write(serialize(Frame("ERROR", headers, body), self.version))
+
+    # -- deliveries ---------------------------------------------------------------
+
+    def _on_delivery(self, deliver: spec.Basic.Deliver, properties: Any, body: bytes) -> None:
+        sub = self.subscriptions.get(deliver.consumer_tag)
+        if sub is None or self.closed:
+            return
+        headers = hdr.message_headers(
+            subscription=sub.id,
+            consumer_tag=sub.consumer_tag,
+            session_id=self.session_id,
+            delivery_tag=deliver.delivery_tag,
+            exchange=deliver.exchange,
+            routing_key=deliver.routing_key,
+            redelivered=deliver.redelivered,
+            properties=properties_dict(properties),
+            ack_mode=sub.ack_mode,
+            version=self.version,
+        )
+        if sub.ack_mode != "auto":
+            self.unacked[deliver.delivery_tag] = sub
+        self._write(serialize(Frame("MESSAGE", headers, body), self.version))
+
+    # -- ACK / NACK ---------------------------------------------------------------
+
+    async def _on_ack(self, frame: Frame) -> None:
+        if self._in_transaction(frame):
+            return
+        self._settle(frame, "ACK")
+        self._maybe_receipt(frame)
+
+    async def _on_nack(self, frame: Frame) -> None:
+        if self._in_transaction(frame):
+            return
+        self._settle(frame, "NACK")
+        self._maybe_receipt(frame)
+
+    def _settle(self, frame: Frame, command: str) -> None:
+        header = "id" if self.version == "1.2" else "message-id"
+        value = frame.headers.get(header)
+        if value is None:
+            raise ProtocolError("Missing header", f"{command} must include the '{header}' header\n")
+        parsed = hdr.parse_message_id(value)
+        if parsed is None or parsed[1] != self.session_id:
+            raise ProtocolError("Invalid header", f"{command} must include a valid '{header}' header\n")
+        consumer_tag, _, delivery_tag = parsed
+        sub = self.unacked.get(delivery_tag)
+        if sub is None or sub.consumer_tag != consumer_tag:
+            raise ProtocolError("Message not found", f"unknown delivery tag {delivery_tag}\n")
+        multiple = sub.ack_mode == "client"
+        if multiple:
+            for tag in [t for t in self.unacked if t <= delivery_tag]:
+                del self.unacked[tag]
+        else:
+            del self.unacked[delivery_tag]
+        amqp = self._amqp()
+        if command == "ACK":
+            amqp.ack(delivery_tag, multiple)
+        else:
+            requeue = _bool_header(frame.headers, "requeue", self.settings.default_nack_requeue)
+            amqp.nack(delivery_tag, multiple, requeue)
+
+    # -- transactions -------------------------------------------------------------
+
+    def _in_transaction(self, frame: Frame) -> bool:
+        """Hold a transactional SEND/ACK/NACK until COMMIT (what the plugin does)."""
+        tx = frame.headers.get("transaction")
+        if tx is None:
+            return False
+        actions = self._transaction(tx)
+        if len(actions) >= self.settings.max_transaction_actions:
+            raise ProtocolError(
+                "Transaction too large",
+                f"Too many actions in transaction (limit {self.settings.max_transaction_actions})",
+            )
+        actions.append(frame)
+        return True
+
+    def _transaction(self, tx: str) -> list[Frame]:
+        actions = self.transactions.get(tx)
+        if actions is None:
+            raise ProtocolError("Bad transaction", f"Invalid transaction identifier: {tx!r}\n")
+        return actions
+
+    @staticmethod
+    def _transaction_id(frame: Frame, command: str) -> str:
+        tx = frame.headers.get("transaction")
+        if tx is None:
+            raise ProtocolError("Missing transaction", f"{command} must include a 'transaction' header\n")
+        return tx
+
+    async def _on_begin(self, frame: Frame) -> None:
+        tx = self._transaction_id(frame, "BEGIN")
+        if tx in self.transactions:
+            raise ProtocolError("Bad transaction", f"Transaction {tx!r} has already begun\n")
+        if len(self.transactions) >= self.settings.max_transactions:
+            raise ProtocolError(
+                "Transaction limit exceeded",
+                f"Too many concurrent transactions (limit {self.settings.max_transactions})",
+            )
+        self.transactions[tx] = []
+        self._maybe_receipt(frame)
+
+    async def _on_commit(self, frame: Frame) -> None:
+        tx = self._transaction_id(frame, "COMMIT")
+        actions = self._transaction(tx)
+        del self.transactions[tx]
+        for action in actions:
+            if action.command == "SEND":
+                await self._send(action)
+            else:
+                self._settle(action, action.command)
+        self._maybe_receipt(frame)
+
+    async def _on_abort(self, frame: Frame) -> None:
+        tx = self._transaction_id(frame, "ABORT")
+        self._transaction(tx)
+        del self.transactions[tx]
+        self._maybe_receipt(frame)
+
+    # -- receipts and confirms ----------------------------------------------------
+
+    def _maybe_receipt(self, frame: Frame) -> None:
+        receipt = frame.headers.get("receipt")
+        if receipt is not None:
+            self._queue_receipt(receipt)
+
+    def _queue_receipt(self, receipt: str) -> None:
+        data = serialize(Frame("RECEIPT", {"receipt-id": receipt}), self.version)
+        if not self._unconfirmed and not self._receipts:
+            self._write(data)
+        else:
+            seq = self.amqp.publish_seq if self.amqp is not None else 0
+            self._receipts.append((seq, data))
+
+    def _on_confirm(self, tag: int, multiple: bool, nack: bool) -> None:
+        if nack:
+            self.fail(
+                BrokerError(
+                    "Message rejected",
+                    "RabbitMQ refused (nacked) a published message; no RECEIPT will be sent "
+                    "for it or anything after it. Reconnect and resend unreceipted messages.",
+                    private=f"nack delivery_tag={tag} multiple={multiple}",
+                )
+            )
+            return
+        unconfirmed = self._unconfirmed
+        if multiple:
+            while unconfirmed:
+                first = next(iter(unconfirmed))
+                if first > tag:
+                    break
+                del unconfirmed[first]
+        else:
+            unconfirmed.pop(tag, None)
+        lowest = next(iter(unconfirmed)) if unconfirmed else None
+        receipts = self._receipts
+        while receipts and (lowest is None or receipts[0][0] < lowest):
+            self._write(receipts.popleft()[1])
+        if not receipts and self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+
+    # -- helpers ------------------------------------------------------------------
+
+    def _amqp(self) -> AmqpSession:
+        if self.amqp is None:
+            raise BrokerError("Not connected", "The AMQP connection is gone; reconnect.")
+        return self.amqp
+
+    def _destination(self, frame: Frame, command: str) -> dest.Destination:
+        value = frame.headers.get("destination")
+        if value is None:
+            raise ProtocolError("Missing destination", f"{command} must include a 'destination' header\n")
+        return dest.parse_destination(value, command)
+
+
+def _is_durable(headers: dict[str, str]) -> bool:
+    return headers.get("durable") == "true" or headers.get("persistent") == "true"
+
+
+def _bool_header(headers: dict[str, str], name: str, default: bool) -> bool:
+    value = headers.get(name)
+    if value is None:
+        return default
+    if value in ("true", "false"):
+        return value == "true"
+    raise ProtocolError("Invalid header", f"'{name}' must be true or false, not {value!r}")
+
+
+def _int_header(headers: dict[str, str], name: str, default: int) -> int:
+    value = headers.get(name)
+    if value is None:
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise ProtocolError("Invalid header", f"'{name}' must be an integer, not {value!r}") from None
+    if number < 0:
+        raise ProtocolError("Invalid header", f"'{name}' must not be negative")
+    return number
+
+
+_HANDLERS: dict[str, Callable[[Session, Frame], Any]] = {
+    "SEND": Session._on_send,
+    "SUBSCRIBE": Session._on_subscribe,
+    "UNSUBSCRIBE": Session._on_unsubscribe,
+    "ACK": Session._on_ack,
+    "NACK": Session._on_nack,
+    "BEGIN": Session._on_begin,
+    "COMMIT": Session._on_commit,
+    "ABORT": Session._on_abort,
+    "DISCONNECT": Session._on_disconnect,
+    "CONNECT": lambda self, frame: self._on_connect(frame, implicit=False),
+    "STOMP": lambda self, frame: self._on_connect(frame, implicit=False),
+}

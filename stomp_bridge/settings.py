@@ -1,0 +1,67 @@
+"""Configuration, read from CLI flags, ``STOMP_BRIDGE_*`` environment variables and defaults.
+
+Names echo the RabbitMQ STOMP plugin's (``default_user``, ``implicit_connect``,
+``default_topic_exchange``, ``max_frame_size`` …) so an operator moving from the
+plugin finds the same knobs.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="STOMP_BRIDGE_", env_nested_delimiter="__", extra="ignore"
+    )
+
+    host: str = Field("0.0.0.0", description="Interface the STOMP TCP listener binds to.")
+    port: int = Field(61613, ge=0, le=65535, description="STOMP TCP port (0 picks a free one).")
+    amqp_url: str = Field(
+        "amqp://guest:guest@localhost:5672/",
+        description="RabbitMQ to translate to. Its user and vhost are ignored: each STOMP "
+        "connection logs in as its own user on the vhost from its `host` header.",
+    )
+
+    # The plugin's defaults: guest/guest is used when CONNECT has no login.
+    default_user: str | None = "guest"
+    default_pass: str | None = "guest"
+    default_vhost: str = "/"
+    implicit_connect: bool = False
+    default_topic_exchange: str = "amq.topic"
+    default_nack_requeue: bool = True
+    loopback_users: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["guest"],
+        description="Users that may only log in from a loopback address, as RabbitMQ's own "
+        "loopback_users: RabbitMQ sees the bridge's address, so the bridge checks the client's.",
+    )
+    hide_server_info: bool = False
+
+    max_frame_size: int = Field(4 * 1024 * 1024, ge=1024)
+    max_frame_size_before_login: int = Field(64 * 1024, ge=1024)
+    max_headers: int = Field(1000, ge=1)
+    max_header_length: int = Field(64 * 1024, ge=64)
+    max_transactions: int = 16
+    max_transaction_actions: int = 1024
+    max_subscriptions: int = 10000
+
+    heartbeat_tolerance: float = Field(
+        2.0, ge=1.0, description="A peer silent for this many agreed intervals is disconnected."
+    )
+    connect_timeout: float = Field(
+        10.0, gt=0, description="Seconds a client has to send CONNECT before it is dropped."
+    )
+    amqp_heartbeat: int = 60
+
+    log_level: str = "INFO"
+    log_format: str = Field("text", pattern="^(text|json)$")
+
+    @field_validator("loopback_users", mode="before")
+    @classmethod
+    def _split(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [v for v in (p.strip() for p in value.split(",")) if v]
+        return value

@@ -1,0 +1,48 @@
+"""Runs the bridge in a background thread for tests that use synchronous clients."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from stomp_bridge.server import BridgeServer
+from stomp_bridge.settings import Settings
+
+
+class BridgeThread:
+    def __init__(self, amqp_url: str, **settings: object) -> None:
+        self.settings = Settings(host="127.0.0.1", port=0, amqp_url=amqp_url, **settings)
+        self.port = 0
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: BridgeServer | None = None
+        self._thread = threading.Thread(target=self._run, name="stomp-bridge", daemon=True)
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        self._server = BridgeServer(self.settings)
+        try:
+            loop.run_until_complete(self._server.start())
+            self.port = self._server.port
+        except BaseException as exc:  # noqa: BLE001
+            self._error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        loop.run_forever()
+        loop.run_until_complete(self._server.close())
+        loop.close()
+
+    def start(self) -> None:
+        self._thread.start()
+        if not self._ready.wait(30):
+            raise RuntimeError("bridge did not start within 30 s")
+        if self._error is not None:
+            raise RuntimeError(f"bridge failed to start: {self._error!r}") from self._error
+
+    def stop(self) -> None:
+        if self._loop is not None and self._loop.is_running():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(30)
