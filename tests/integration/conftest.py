@@ -1,0 +1,68 @@
+"""Fixtures for the differential integration tests (native plugin or bridge)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.integration.rawstomp import RawStomp
+from tests.integration.stomp_client import Client
+
+pytestmark = pytest.mark.integration
+
+# The native plugin closes a connection whose CONNECT failed about 10 s after its
+# ERROR (RabbitMQ's auth-failure delay); allow for it plus slack.
+CONNECT_FAILURE_CLOSE_TIMEOUT = 15.0
+
+
+@pytest.fixture
+def raw(stomp_target):
+    """Factory for raw-socket connections; all are closed at teardown."""
+    opened: list[RawStomp] = []
+
+    def make(timeout: float = 5.0) -> RawStomp:
+        conn = RawStomp(stomp_target.address, timeout=timeout)
+        opened.append(conn)
+        return conn
+
+    yield make
+    for conn in opened:
+        conn.close()
+
+
+@pytest.fixture
+def connected(raw):
+    """Factory: a raw connection that already received CONNECTED (STOMP 1.2 by default)."""
+
+    def make(version: str = "1.2", **kwargs) -> RawStomp:
+        conn = raw()
+        conn.connect(version=version, **kwargs)
+        return conn
+
+    return make
+
+
+@pytest.fixture
+def client(stomp_target):
+    """Factory for stomp.py clients; all are disconnected at teardown."""
+    made: list[Client] = []
+
+    def make(version: str = "1.2", **kwargs) -> Client:
+        c = Client(stomp_target, version=version, **kwargs)
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        try:
+            c.disconnect()
+        except Exception:  # noqa: BLE001 - a test may have broken the connection on purpose
+            pass
+
+
+@pytest.fixture
+def queues(rabbit):
+    """Names appended here are deleted from RabbitMQ after the test."""
+    names: list[str] = []
+    yield names
+    for name in names:
+        rabbit.delete_queue(name)
