@@ -1,7 +1,58 @@
-"""STOMP frames (placeholder; the codec module is being written)."""
+"""STOMP frames, command names, and the per-version serializer.
+
+Serializing runs for every MESSAGE the bridge delivers, so it builds each frame
+with one ``str.join`` and one ``bytes.join`` and only escapes a header name or
+value after a precompiled regex has found a character that needs it.
+"""
+
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+
+CONNECT = "CONNECT"
+STOMP = "STOMP"
+SEND = "SEND"
+SUBSCRIBE = "SUBSCRIBE"
+UNSUBSCRIBE = "UNSUBSCRIBE"
+ACK = "ACK"
+NACK = "NACK"
+BEGIN = "BEGIN"
+COMMIT = "COMMIT"
+ABORT = "ABORT"
+DISCONNECT = "DISCONNECT"
+
+CONNECTED = "CONNECTED"
+MESSAGE = "MESSAGE"
+RECEIPT = "RECEIPT"
+ERROR = "ERROR"
+
+CLIENT_COMMANDS = frozenset(
+    {CONNECT, STOMP, SEND, SUBSCRIBE, UNSUBSCRIBE, ACK, NACK, BEGIN, COMMIT, ABORT, DISCONNECT}
+)
+SERVER_COMMANDS = frozenset({CONNECTED, MESSAGE, RECEIPT, ERROR})
+
+VERSIONS = ("1.0", "1.1", "1.2")
+
+# STOMP 1.1/1.2: "CONNECT and CONNECTED frames do not escape the carriage return,
+# line feed or colon octets", so that a 1.0 peer can still read the handshake.
+# STOMP is CONNECT under another name.
+UNESCAPED_COMMANDS = frozenset({CONNECT, STOMP, CONNECTED})
+
+# STOMP 1.1/1.2: a heart-beat is a single EOL sent between frames.
+heartbeat = b"\n"
+
+CONTENT_LENGTH = "content-length"
+
+# STOMP 1.1: \\ \n \c are the escapes; STOMP 1.2 adds \r.
+_ESCAPE_11 = str.maketrans({"\\": "\\\\", "\n": "\\n", ":": "\\c"})
+_ESCAPE_12 = str.maketrans({"\\": "\\\\", "\n": "\\n", ":": "\\c", "\r": "\\r"})
+# For 1.1 this also finds \r, which 1.1 cannot escape, so the slow path can refuse it.
+_SPECIAL = re.compile(r"[\\\n\r:]").search
+# Without escaping (1.0, handshake frames) EOLs would end the header line early,
+# and a colon in a name would move the name/value split.
+_UNREPRESENTABLE_NAME = re.compile(r"[\n\r:]").search
+_UNREPRESENTABLE_VALUE = re.compile(r"[\n\r]").search
 
 
 @dataclass(slots=True)
@@ -9,3 +60,51 @@ class Frame:
     command: str
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
+
+
+def _escape(text: str, table: dict[int, str] | None, version: str) -> str:
+    if table is not None:
+        escaped = text.translate(table)
+        if "\r" not in escaped:
+            return escaped
+    raise ValueError(f"header text {text[:60]!r} cannot be represented in a STOMP {version} frame")
+
+
+def serialize(frame: Frame, version: str = "1.2") -> bytes:
+    """Encode ``frame`` for a peer speaking ``version``.
+
+    Like the RabbitMQ plugin, any ``content-length`` in ``frame.headers`` is
+    replaced by the real body length (and left out for an empty body), so a
+    body may hold NUL octets. A header that the version cannot carry (an EOL
+    where there is no escaping, or CR in 1.1) raises :class:`ValueError` rather
+    than letting it split the header block.
+    """
+    command = frame.command
+    if version == "1.2" and command not in UNESCAPED_COMMANDS:
+        table: dict[int, str] | None = _ESCAPE_12
+        name_special = value_special = _SPECIAL
+    elif version == "1.1" and command not in UNESCAPED_COMMANDS:
+        table = _ESCAPE_11
+        name_special = value_special = _SPECIAL
+    elif version in VERSIONS:
+        table = None
+        name_special, value_special = _UNREPRESENTABLE_NAME, _UNREPRESENTABLE_VALUE
+    else:
+        raise ValueError(f"unknown STOMP version {version!r}")
+
+    headers = frame.headers
+    if CONTENT_LENGTH in headers:
+        headers = {k: v for k, v in headers.items() if k != CONTENT_LENGTH}
+    # Two scans over all names and all values spare a per-header check when,
+    # as usual, nothing needs escaping.
+    if name_special("".join(headers)) or value_special("".join(headers.values())):
+        headers = {
+            (_escape(k, table, version) if name_special(k) else k): (
+                _escape(v, table, version) if value_special(v) else v
+            )
+            for k, v in headers.items()
+        }
+    body = frame.body
+    head = "".join([f"{k}:{v}\n" for k, v in headers.items()])
+    trailer = f"content-length:{len(body)}\n\n" if body else "\n"
+    return b"".join((f"{command}\n{head}{trailer}".encode(), body, b"\0"))

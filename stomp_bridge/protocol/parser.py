@@ -1,0 +1,323 @@
+"""Incremental, I/O-free STOMP frame parser.
+
+The grammar follows RabbitMQ's ``rabbit_stomp_frame`` (STOMP 1.0/1.1/1.2 with
+its leniencies), with escaping made version-aware as the spec asks::
+
+    frame_seq ::= *(noise frame)
+    noise     ::= *(NUL | eol)            heart-beats; RabbitMQ also skips NULs
+    eol       ::= LF | CR LF              CR LF accepted in every version
+    frame     ::= cmd hdrs body NUL
+    cmd       ::= token eol               token: ASCII letter, then letters,
+                                          digits, '-' or '_'; at most 32 bytes
+    hdrs      ::= *hdr eol
+    hdr       ::= hdrname COLON hdrvalue eol
+    hdrname   ::= 1*(NOTEOL - COLON)      split on the first raw colon; the
+    hdrvalue  ::= *NOTEOL                 value may hold more colons
+    body      ::= *OCTET                  content-length octets, else up to NUL
+
+A CR anywhere but right before LF is an error, as in the plugin (1.2 clients
+send it as ``\\r``). Header names and values are UTF-8 and are unescaped per
+version: not in 1.0, and never in CONNECT, STOMP or CONNECTED frames.
+
+The parser returns one frame per :meth:`FrameParser.next_frame` call because
+the session changes :attr:`FrameParser.version` (and may change
+:attr:`FrameParser.limits`) after CONNECT, and frames pipelined behind it must
+be read under the negotiated version.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from stomp_bridge.protocol.errors import FrameTooLarge, ProtocolError
+from stomp_bridge.protocol.frames import CONTENT_LENGTH, UNESCAPED_COMMANDS, VERSIONS, Frame
+
+# RabbitMQ's MAX_COMMAND_LENGTH: the longest command, UNSUBSCRIBE, plus headroom.
+MAX_COMMAND_LENGTH = 32
+
+_COMMAND = re.compile(rb"[A-Za-z][A-Za-z0-9_-]{0,%d}" % (MAX_COMMAND_LENGTH - 1))
+_CONTENT_LENGTH = re.compile(r"[ \t]*([0-9]+)[ \t]*")
+_ESCAPE = re.compile(r"\\(.?)", re.DOTALL)
+# STOMP 1.1: \n \c \\ ; STOMP 1.2 adds \r. Anything else is a fatal protocol error.
+_UNESCAPES = {
+    "1.1": {"n": "\n", "c": ":", "\\": "\\"},
+    "1.2": {"n": "\n", "c": ":", "\\": "\\", "r": "\r"},
+}
+
+_NOISE, _HEAD, _BODY = range(3)
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Bounds on what one frame may make the parser hold.
+
+    ``max_frame_size`` counts every byte from the command to the closing NUL,
+    so buffered memory never exceeds it for a frame in progress.
+    ``max_header_length`` counts one header line's bytes without its EOL.
+    ``max_headers`` counts header lines, repeats included, because each costs
+    work even when first-wins discards it.
+    """
+
+    max_frame_size: int = 4 * 1024 * 1024
+    max_headers: int = 1000
+    max_header_length: int = 65536
+
+
+def _unescaper(version: str) -> Callable[[str], str]:
+    table = _UNESCAPES[version]
+
+    def replace(match: re.Match[str]) -> str:
+        try:
+            return table[match.group(1)]
+        except KeyError:
+            raise ProtocolError(
+                "Invalid escape sequence",
+                f"\\{match.group(1)} is not defined in STOMP {version} headers",
+            ) from None
+
+    def unescape(text: str) -> str:
+        return _ESCAPE.sub(replace, text)
+
+    return unescape
+
+
+_UNESCAPERS = {version: _unescaper(version) for version in _UNESCAPES}
+
+
+def _excerpt(data: bytes | bytearray) -> str:
+    return repr(bytes(data[:40])) + ("..." if len(data) > 40 else "")
+
+
+class FrameParser:
+    """Turns a byte stream into frames, one per :meth:`next_frame` call.
+
+    Feed bytes with :meth:`feed`, then call :meth:`next_frame` until it returns
+    ``None``; memory then stays within :class:`Limits`. Searches resume where
+    the last one stopped, so a frame fed one byte at a time costs linear time.
+    After a :class:`~stomp_bridge.protocol.errors.StompError` the stream is out
+    of sync and the parser must not be used again.
+    """
+
+    def __init__(self, limits: Limits = Limits(), version: str = "1.2") -> None:
+        self.limits = limits
+        self.version = version
+        self._buf = bytearray()
+        self._reset()
+
+    @property
+    def version(self) -> str:
+        return self._version
+
+    @version.setter
+    def version(self, version: str) -> None:
+        if version not in VERSIONS:
+            raise ValueError(f"unknown STOMP version {version!r}")
+        self._version = version
+
+    @property
+    def buffered(self) -> int:
+        """How many received bytes are not yet part of a returned frame."""
+        return len(self._buf)
+
+    def feed(self, data: bytes) -> None:
+        self._buf += data
+
+    def frames(self, data: bytes) -> list[Frame]:
+        self.feed(data)
+        out = []
+        while (frame := self.next_frame()) is not None:
+            out.append(frame)
+        return out
+
+    def next_frame(self) -> Frame | None:
+        if self._phase == _NOISE and not self._skip_noise():
+            return None
+        if self._phase == _HEAD and not self._read_head():
+            return None
+        return self._read_body()
+
+    def _reset(self) -> None:
+        self._phase = _NOISE
+        self._pos = 0  # start of the first unparsed line of the current frame
+        self._scan = 0  # where the next search for LF or NUL starts
+        self._command = ""
+        self._unescape: Callable[[str], str] | None = None
+        self._headers: dict[str, str] = {}
+        self._header_lines = 0
+        self._body_start = 0
+        self._length: int | None = None
+
+    def _skip_noise(self) -> bool:
+        # STOMP 1.1/1.2: EOLs may follow a frame's NUL and serve as heart-beats.
+        buf = self._buf
+        size = len(buf)
+        i = 0
+        while i < size:
+            octet = buf[i]
+            if octet == 10 or octet == 0:
+                i += 1
+            elif octet == 13:
+                if i + 1 == size:
+                    break
+                if buf[i + 1] != 10:
+                    raise ProtocolError("Invalid frame", "CR not followed by LF between frames")
+                i += 2
+            else:
+                del buf[:i]
+                self._phase = _HEAD
+                return True
+        del buf[:i]
+        return False
+
+    def _read_head(self) -> bool:
+        buf = self._buf
+        limits = self.limits
+        max_line = limits.max_header_length
+        headers = self._headers
+        pos = self._pos
+        try:
+            while True:
+                eol = buf.find(b"\n", self._scan)
+                if eol < 0:
+                    self._scan = len(buf)
+                    self._check_partial_line()
+                    return False
+                start = pos
+                end = eol - 1 if eol > start and buf[eol - 1] == 13 else eol
+                pos = self._scan = eol + 1
+                if eol + 1 >= limits.max_frame_size:  # a NUL must still follow
+                    raise self._frame_too_large()
+                if not self._command:
+                    self._read_command(start, end)
+                    continue
+                if start == end:
+                    self._start_body(pos)
+                    return True
+                self._header_lines += 1
+                if end - start > max_line or self._header_lines > limits.max_headers:
+                    raise self._too_much()
+                try:
+                    name, colon, value = buf[start:end].decode().partition(":")
+                except UnicodeDecodeError:
+                    raise ProtocolError("Invalid header", "header is not valid UTF-8") from None
+                if not name or not colon or "\r" in name or "\r" in value:
+                    raise self._bad_header(start, end)
+                if self._unescape is not None:
+                    if "\\" in name:
+                        name = self._unescape(name)
+                    if "\\" in value:
+                        value = self._unescape(value)
+                # STOMP 1.2: if a header is repeated, only the first value is used.
+                if name not in headers:
+                    headers[name] = value
+        finally:
+            self._pos = pos
+
+    def _check_partial_line(self) -> None:
+        buf = self._buf
+        limits = self.limits
+        length = len(buf) - self._pos
+        if buf and buf[-1] == 13:
+            length -= 1  # may be the first half of CR LF
+        if not self._command:
+            if length > MAX_COMMAND_LENGTH:
+                raise ProtocolError(
+                    "Invalid command",
+                    f"no command within {MAX_COMMAND_LENGTH} bytes: {_excerpt(buf)}",
+                )
+        elif length > limits.max_header_length:
+            raise self._header_too_long()
+        # The NUL is still to come, so the frame will be larger than this.
+        if len(buf) >= limits.max_frame_size:
+            raise self._frame_too_large()
+
+    def _read_command(self, start: int, end: int) -> None:
+        buf = self._buf
+        if not _COMMAND.fullmatch(buf, start, end):
+            raise ProtocolError(
+                "Invalid command", f"not a STOMP command: {_excerpt(buf[start:end])}"
+            )
+        command = buf[start:end].decode("ascii")
+        self._command = command
+        if self._version == "1.0" or command in UNESCAPED_COMMANDS:
+            self._unescape = None
+        else:
+            self._unescape = _UNESCAPERS[self._version]
+
+    def _too_much(self) -> FrameTooLarge:
+        max_headers = self.limits.max_headers
+        if self._header_lines > max_headers:
+            return FrameTooLarge(
+                "Too many headers", f"a frame may have at most {max_headers} headers"
+            )
+        return self._header_too_long()
+
+    def _header_too_long(self) -> FrameTooLarge:
+        return FrameTooLarge(
+            "Header too long", f"a header line may be at most {self.limits.max_header_length} bytes"
+        )
+
+    def _bad_header(self, start: int, end: int) -> ProtocolError:
+        line = self._buf[start:end]
+        if b"\r" in line:
+            problem = "CR not followed by LF in a header line"
+        elif b":" not in line:
+            problem = f"header line without a colon: {_excerpt(line)}"
+        else:
+            problem = f"empty header name: {_excerpt(line)}"
+        return ProtocolError("Invalid header", problem)
+
+    def _start_body(self, start: int) -> None:
+        self._phase = _BODY
+        self._body_start = self._scan = start
+        declared = self._headers.get(CONTENT_LENGTH)
+        if declared is None:
+            return
+        match = _CONTENT_LENGTH.fullmatch(declared)
+        if match is None:
+            raise ProtocolError(
+                "Invalid content-length",
+                f"content-length must be a non-negative integer, not {declared[:40]!r}",
+            )
+        digits = match.group(1).lstrip("0") or "0"
+        max_size = self.limits.max_frame_size
+        # Refuse before buffering: the length alone says the frame is too big.
+        if len(digits) > len(str(max_size)) or start + int(digits) + 1 > max_size:
+            raise FrameTooLarge(
+                "Frame too large",
+                f"content-length {digits[:20]} makes the frame exceed {max_size} bytes",
+            )
+        self._length = int(digits)
+
+    def _read_body(self) -> Frame | None:
+        buf = self._buf
+        start = self._body_start
+        if self._length is not None:
+            end = start + self._length
+            if len(buf) <= end:
+                return None
+            if buf[end] != 0:
+                raise ProtocolError(
+                    "Missing frame terminator",
+                    f"expected NUL after the {self._length} body bytes given by content-length",
+                )
+        else:
+            end = buf.find(b"\0", self._scan)
+            if end < 0:
+                self._scan = len(buf)
+                if len(buf) >= self.limits.max_frame_size:
+                    raise self._frame_too_large()
+                return None
+            if end >= self.limits.max_frame_size:
+                raise self._frame_too_large()
+        frame = Frame(self._command, self._headers, bytes(buf[start:end]))
+        del buf[: end + 1]
+        self._reset()
+        return frame
+
+    def _frame_too_large(self) -> FrameTooLarge:
+        return FrameTooLarge(
+            "Frame too large", f"a frame may be at most {self.limits.max_frame_size} bytes"
+        )

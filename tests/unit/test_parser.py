@@ -1,0 +1,377 @@
+"""FrameParser: grammar, per-version unescaping, limits, incremental feeding, fuzzing."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stomp_bridge.protocol.errors import FrameTooLarge, ProtocolError, StompError
+from stomp_bridge.protocol.frames import Frame, serialize
+from stomp_bridge.protocol.parser import MAX_COMMAND_LENGTH, FrameParser, Limits
+
+
+def parse(data: bytes, version: str = "1.2", limits: Limits = Limits()) -> list[Frame]:
+    return FrameParser(limits, version).frames(data)
+
+
+def parse_bytewise(data: bytes, version: str = "1.2", limits: Limits = Limits()) -> list[Frame]:
+    parser = FrameParser(limits, version)
+    out = []
+    for i in range(len(data)):
+        out.extend(parser.frames(data[i : i + 1]))
+    return out
+
+
+# --- grammar --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("wire", "expected"),
+    [
+        (b"SEND\ndestination:/q\n\nhello\0", Frame("SEND", {"destination": "/q"}, b"hello")),
+        (b"DISCONNECT\n\n\0", Frame("DISCONNECT", {}, b"")),
+        (b"SEND\r\nk:v\r\n\r\nbody\0", Frame("SEND", {"k": "v"}, b"body")),
+        (b"SEND\nk:v\r\n\nbody\0", Frame("SEND", {"k": "v"}, b"body")),
+        (b"SEND\nk:a:b:c\n\n\0", Frame("SEND", {"k": "a:b:c"}, b"")),
+        (b"SEND\nk:\n\n\0", Frame("SEND", {"k": ""}, b"")),
+        (b"SEND\n k : v \n\n\0", Frame("SEND", {" k ": " v "}, b"")),
+        (b"SEND\nk:v\n\nline1\nline2\r\n\0", Frame("SEND", {"k": "v"}, b"line1\nline2\r\n")),
+        (b"FOO\n\n\0", Frame("FOO", {}, b"")),
+        ("SEND\nclé:värde\n\n\0".encode(), Frame("SEND", {"clé": "värde"}, b"")),
+    ],
+)
+def test_well_formed_frames_parse(wire, expected):
+    assert parse(wire) == [expected]
+    assert parse_bytewise(wire) == [expected]
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1", "1.2"])
+def test_crlf_line_endings_are_accepted_in_every_version(version):
+    wire = b"SEND\r\ndestination:/queue/a\r\nreceipt:r\r\n\r\nbody\r\n\0"
+    expected = Frame("SEND", {"destination": "/queue/a", "receipt": "r"}, b"body\r\n")
+    assert parse(wire, version) == [expected]
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1"])
+def test_lone_cr_in_a_header_is_refused_in_every_version(version):
+    with pytest.raises(ProtocolError, match="Invalid header"):
+        parse(b"SEND\nk:a\rb\n\n\0", version)
+
+
+def test_repeated_header_first_value_wins():
+    assert parse(b"SEND\nk:first\nk:second\nk:third\n\n\0")[0].headers == {"k": "first"}
+
+
+@pytest.mark.parametrize("noise", [b"\n", b"\r\n", b"\n\n\r\n\n", b"\0", b"\0\n\r\n"])
+def test_eols_between_frames_are_heartbeats(noise):
+    wire = noise + b"ACK\nid:1\n\n\0" + noise + b"NACK\nid:2\n\n\0" + noise
+    expected = [Frame("ACK", {"id": "1"}), Frame("NACK", {"id": "2"})]
+    assert parse(wire) == expected
+    assert parse_bytewise(wire) == expected
+
+
+def test_heartbeats_alone_yield_nothing_and_are_not_kept():
+    parser = FrameParser()
+    assert parser.frames(b"\n" * 10_000 + b"\r\n" * 100) == []
+    assert parser.buffered == 0
+
+
+def test_cr_split_from_its_lf_is_kept_until_the_lf_arrives():
+    parser = FrameParser()
+    assert parser.frames(b"\r") == []
+    assert parser.buffered == 1
+    assert parser.frames(b"\nSEND\n\n\0") == [Frame("SEND", {})]
+
+
+def test_body_without_content_length_ends_at_first_nul():
+    wire = b"SEND\n\nab\0SEND\n\ncd\0"
+    assert parse(wire) == [Frame("SEND", {}, b"ab"), Frame("SEND", {}, b"cd")]
+
+
+def test_content_length_body_may_contain_nul():
+    wire = b"SEND\ncontent-length:5\n\na\0b\0c\0"
+    expected = [Frame("SEND", {"content-length": "5"}, b"a\0b\0c")]
+    assert parse(wire) == expected
+    assert parse_bytewise(wire) == expected
+
+
+def test_content_length_is_honoured_on_every_command():
+    assert parse(b"MESSAGE\ncontent-length:2\n\n\0\0\0")[0].body == b"\0\0"
+
+
+@pytest.mark.parametrize("value", ["0", " 3 ", "\t3", "003"])
+def test_content_length_tolerates_blanks_and_leading_zeros(value):
+    body = b"" if value == "0" else b"abc"
+    wire = b"SEND\ncontent-length:" + value.encode() + b"\n\n" + body + b"\0"
+    assert parse(wire)[0].body == body
+
+
+def test_parsed_frame_leaves_following_bytes_buffered():
+    parser = FrameParser()
+    parser.feed(b"SEND\n\na\0SEND\n\nb")
+    assert parser.next_frame() == Frame("SEND", {}, b"a")
+    assert parser.buffered == len(b"SEND\n\nb")
+    assert parser.next_frame() is None
+
+
+# --- per-version unescaping -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("version", "raw", "expected"),
+    [
+        ("1.0", b"a\\nb\\cc\\\\d\\re\\t", "a\\nb\\cc\\\\d\\re\\t"),
+        ("1.1", b"a\\nb\\cc\\\\d", "a\nb:c\\d"),
+        ("1.2", b"a\\nb\\cc\\\\d\\re", "a\nb:c\\d\re"),
+    ],
+)
+def test_header_unescaping_per_version(version, raw, expected):
+    frame = parse(b"SEND\n" + raw + b":" + raw + b"\n\n\0", version)[0]
+    assert frame.headers == {expected: expected}
+
+
+@pytest.mark.parametrize(
+    ("version", "raw"),
+    [("1.1", b"\\r"), ("1.1", b"\\t"), ("1.2", b"\\t"), ("1.2", b"x\\"), ("1.2", b"\\ ")],
+)
+def test_undefined_escape_is_a_protocol_error(version, raw):
+    with pytest.raises(ProtocolError) as info:
+        parse(b"SEND\nk:" + raw + b"\n\n\0", version)
+    assert info.value.message == "Invalid escape sequence"
+
+
+@pytest.mark.parametrize("command", [b"CONNECT", b"STOMP", b"CONNECTED"])
+def test_connect_headers_are_not_unescaped(command):
+    frame = parse(command + b"\nlogin:a\\cb\npasscode:p\\t\\\n\n\0")[0]
+    assert frame.headers == {"login": "a\\cb", "passcode": "p\\t\\"}
+
+
+def test_frames_after_connect_use_the_version_set_between_frames():
+    parser = FrameParser(version="1.2")
+    parser.feed(b"CONNECT\naccept-version:1.0\n\n\0SEND\nk:a\\tb\n\n\0")
+    assert parser.next_frame().command == "CONNECT"
+    parser.version = "1.0"
+    assert parser.next_frame() == Frame("SEND", {"k": "a\\tb"})
+
+
+def test_limits_replaced_between_frames_apply_to_the_next_frame():
+    parser = FrameParser(Limits(max_frame_size=100))
+    parser.feed(b"CONNECT\n\n\0SEND\n\n" + b"x" * 50 + b"\0")
+    assert parser.next_frame().command == "CONNECT"
+    parser.limits = Limits(max_frame_size=20)
+    with pytest.raises(FrameTooLarge):
+        parser.next_frame()
+
+
+def test_unknown_version_is_refused():
+    with pytest.raises(ValueError):
+        FrameParser(version="1.3")
+
+
+# --- malformed input ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("wire", "message"),
+    [
+        (b"SEND\nno-colon\n\n\0", "Invalid header"),
+        (b"SEND\n:value\n\n\0", "Invalid header"),
+        (b"SEND\nk:a\rb\n\n\0", "Invalid header"),
+        (b"SEND\nk:\xff\xfe\n\n\0", "Invalid header"),
+        (b"SEND\n\xc3\x28:v\n\n\0", "Invalid header"),
+        (b"SE ND\n\n\0", "Invalid command"),
+        (b"SEND\rX\n\n\0", "Invalid command"),
+        (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", "Invalid command"),
+        (b"\xffSEND\n\n\0", "Invalid command"),
+        (b"1SEND\n\n\0", "Invalid command"),
+        (b"\rX", "Invalid frame"),
+        (b"SEND\ncontent-length:abc\n\n\0", "Invalid content-length"),
+        (b"SEND\ncontent-length:-1\n\n\0", "Invalid content-length"),
+        (b"SEND\ncontent-length:1.5\n\n\0", "Invalid content-length"),
+        (b"SEND\ncontent-length:\n\n\0", "Invalid content-length"),
+        (b"SEND\ncontent-length:\xd9\xa3\n\n\0", "Invalid content-length"),  # Arabic-Indic 3
+        (b"SEND\ncontent-length:2\n\nabc\0", "Missing frame terminator"),
+        (b"SEND\ncontent-length:0\n\nx\0", "Missing frame terminator"),
+    ],
+)
+def test_malformed_input_raises_protocol_error(wire, message):
+    for parse_fn in (parse, parse_bytewise):
+        with pytest.raises(ProtocolError) as info:
+            parse_fn(wire)
+        assert info.value.message == message
+        assert info.value.detail
+        assert not isinstance(info.value, FrameTooLarge)
+
+
+def test_overlong_command_line_is_refused_before_its_eol():
+    parser = FrameParser()
+    with pytest.raises(ProtocolError, match="Invalid command"):
+        parser.frames(b"A" * (MAX_COMMAND_LENGTH + 1))
+
+
+# --- limits ---------------------------------------------------------------------
+
+SMALL = Limits(max_frame_size=1024, max_headers=5, max_header_length=64)
+
+
+def _feed_until_error(parser: FrameParser, chunks) -> int:
+    """Feed chunks until the parser raises; return the most it ever buffered."""
+    high = 0
+    with pytest.raises(FrameTooLarge) as info:
+        for chunk in chunks:
+            parser.feed(chunk)
+            high = max(high, parser.buffered)
+            parser.next_frame()
+    assert info.value.message and info.value.detail
+    return high
+
+
+def test_frame_at_the_size_limit_is_accepted():
+    wire = serialize(Frame("SEND", {}, b"x" * 100))
+    assert parse(wire, limits=Limits(max_frame_size=len(wire)))[0].body == b"x" * 100
+    unsized = wire.replace(b"content-length:100\n", b"")
+    assert parse(unsized, limits=Limits(max_frame_size=len(unsized)))[0].body == b"x" * 100
+
+
+def test_frame_one_byte_over_the_limit_is_too_large():
+    wire = serialize(Frame("SEND", {}, b"x" * 100))
+    with pytest.raises(FrameTooLarge, match="Frame too large"):
+        parse(wire, limits=Limits(max_frame_size=len(wire) - 1))
+    unsized = wire.replace(b"content-length:100\n", b"")
+    with pytest.raises(FrameTooLarge, match="Frame too large"):
+        parse(unsized, limits=Limits(max_frame_size=len(unsized) - 1))
+
+
+def test_unterminated_body_fails_once_buffer_passes_the_limit():
+    parser = FrameParser(SMALL)
+    chunks = [b"SEND\n\n"] + [b"x" * 100] * 1000
+    high = _feed_until_error(parser, chunks)
+    assert high <= SMALL.max_frame_size + 100
+
+
+def test_unterminated_body_fed_bytewise_fails_at_the_limit():
+    parser = FrameParser(SMALL)
+    high = _feed_until_error(parser, (b"x" if i else b"SEND\n\n" for i in range(10_000)))
+    assert high <= SMALL.max_frame_size
+
+
+def test_huge_content_length_fails_before_the_body_arrives():
+    parser = FrameParser(SMALL)
+    parser.feed(b"SEND\ncontent-length:999999999999999999999999999999999999\n\n")
+    with pytest.raises(FrameTooLarge, match="Frame too large"):
+        parser.next_frame()
+    parser = FrameParser(SMALL)
+    parser.feed(b"SEND\ncontent-length:1025\n\n")
+    with pytest.raises(FrameTooLarge):
+        parser.next_frame()
+
+
+def test_endless_header_block_fails_at_the_frame_limit():
+    parser = FrameParser(Limits(max_frame_size=1024, max_headers=10**6))
+    high = _feed_until_error(parser, [b"SEND\n"] + [b"k:v\n"] * 10_000)
+    assert high <= 1024 + 4
+
+
+def test_too_many_headers():
+    headers = b"".join(b"h%d:v\n" % i for i in range(6))
+    with pytest.raises(FrameTooLarge, match="Too many headers"):
+        parse(b"SEND\n" + headers + b"\n\0", limits=SMALL)
+    assert parse(b"SEND\n" + headers[: headers.index(b"h5")] + b"\n\0", limits=SMALL)
+
+
+def test_repeated_headers_count_towards_max_headers():
+    with pytest.raises(FrameTooLarge, match="Too many headers"):
+        parse(b"SEND\n" + b"k:v\n" * 6 + b"\n\0", limits=SMALL)
+
+
+def test_long_header_line():
+    ok = b"k:" + b"v" * 62
+    assert parse(b"SEND\n" + ok + b"\r\n\n\0", limits=SMALL)
+    with pytest.raises(FrameTooLarge, match="Header too long"):
+        parse(b"SEND\n" + ok + b"v\n\n\0", limits=SMALL)
+
+
+def test_long_header_line_fails_before_its_eol():
+    parser = FrameParser(SMALL)
+    high = _feed_until_error(parser, [b"SEND\nk:"] + [b"v"] * 1000)
+    assert high <= 5 + SMALL.max_header_length + 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.binary(min_size=1, max_size=3000), st.integers(min_value=1, max_value=200))
+def test_buffer_stays_below_max_frame_size_after_each_drain(data, chunk):
+    parser = FrameParser(Limits(max_frame_size=512, max_headers=8, max_header_length=64))
+    try:
+        for i in range(0, len(data), chunk):
+            parser.feed(data[i : i + chunk])
+            while parser.next_frame() is not None:
+                pass
+            assert parser.buffered <= 512
+    except StompError:
+        pass
+
+
+# --- incremental feeding --------------------------------------------------------
+
+_wire_frames = st.lists(
+    st.builds(
+        Frame,
+        st.sampled_from(["SEND", "MESSAGE", "ACK", "CONNECT", "ERROR"]),
+        st.dictionaries(
+            st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=8).filter(
+                lambda n: n != "content-length"
+            ),
+            st.text(st.characters(blacklist_categories=("Cs",)), max_size=12),
+            max_size=4,
+        ),
+        st.binary(max_size=40),
+    ).filter(lambda f: f.command != "CONNECT" or not f.headers),
+    max_size=6,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_wire_frames, st.data())
+def test_any_split_of_the_stream_parses_to_the_same_frames(frames, data):
+    wire = b"\r\n".join(serialize(f) for f in frames) + b"\n"
+    whole = parse(wire)
+    assert len(whole) == len(frames)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(wire)), max_size=12)))
+    parser = FrameParser()
+    got = []
+    for a, b in zip([0, *cuts], [*cuts, len(wire)]):
+        got.extend(parser.frames(wire[a:b]))
+    assert got == whole
+    assert parse_bytewise(wire) == whole
+
+
+def test_bytewise_feeding_is_linear_not_quadratic():
+    body = b"x" * 200_000
+    wire = b"SEND\nk:" + b"v" * 60_000 + b"\n\n" + body + b"\0"
+    start = time.perf_counter()
+    assert parse_bytewise(wire, limits=Limits(max_header_length=100_000))[0].body == body
+    assert time.perf_counter() - start < 5
+
+
+# --- fuzzing --------------------------------------------------------------------
+
+_fragments = st.sampled_from(
+    [b"\n", b"\r", b"\r\n", b"\0", b":", b"\\", b"\\n", b"\\c", b"\\r", b"\\t", b"SEND", b"CONNECT",
+     b"content-length:", b"3", b"-1", b"k:v", b"\xff", b"\xc3"]  # fmt: skip
+)
+_garbage = st.one_of(st.binary(max_size=200), st.lists(_fragments, max_size=40).map(b"".join))
+
+
+@settings(max_examples=300, deadline=None)
+@given(_garbage, st.sampled_from(["1.0", "1.1", "1.2"]))
+def test_fuzz_only_stomp_errors_escape(data, version):
+    limits = Limits(max_frame_size=128, max_headers=4, max_header_length=32)
+    for parse_fn in (parse, parse_bytewise):
+        try:
+            for frame in parse_fn(data, version, limits):
+                assert isinstance(frame.command, str) and isinstance(frame.body, bytes)
+        except StompError:
+            pass
