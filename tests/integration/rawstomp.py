@@ -104,7 +104,10 @@ class RawStomp:
         self.buf = b""
         self.closed = False
         self.heartbeats = 0
+        # RabbitMQ writes an EOL after each frame's NUL; that one is not a heart-beat.
+        self._after_frame = False
         self.version: str | None = None  # set by connect(); controls header unescaping
+        self.pending: list[Frame] = []  # frames read while waiting for a RECEIPT
 
     # -- writing -----------------------------------------------------------------
     def send_raw(self, data: bytes) -> None:
@@ -142,7 +145,10 @@ class RawStomp:
                 break
             else:
                 self.buf = self.buf[1:]
-            self.heartbeats += 1
+            if self._after_frame:
+                self._after_frame = False
+            else:
+                self.heartbeats += 1
         if not self.buf:
             return None
         end = self.buf.find(b"\n\n")
@@ -180,9 +186,12 @@ class RawStomp:
             consumed = nul + 1
         raw = self.buf[:consumed]
         self.buf = self.buf[consumed:]
+        self._after_frame = True
         return Frame(command, headers, body, raw)
 
     def read_frame(self, timeout: float | None = None) -> Frame:
+        if self.pending:
+            return self.pending.pop(0)
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         while True:
             frame = self._try_parse()
@@ -197,7 +206,8 @@ class RawStomp:
 
     def read_until_closed(self, timeout: float | None = None) -> list[Frame]:
         """Read frames until the server closes; fail if it does not within the deadline."""
-        frames: list[Frame] = []
+        frames: list[Frame] = self.pending
+        self.pending = []
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         while True:
             try:
@@ -249,10 +259,26 @@ class RawStomp:
                 receipt_id: str = "r-1", **kwargs) -> Frame:
         """Send a frame with a receipt and wait for that RECEIPT (failing on ERROR)."""
         self.send_frame(command, {**headers, "receipt": receipt_id}, body, **kwargs)
-        frame = self.read_frame()
-        assert frame.command == "RECEIPT", f"expected RECEIPT, got {frame.command} {frame.headers} {frame.body!r}"
-        assert frame["receipt-id"] == receipt_id
-        return frame
+        return self.wait_receipt(receipt_id)
+
+    def wait_receipt(self, receipt_id: str, timeout: float | None = None) -> Frame:
+        """Read until RECEIPT ``receipt_id``; MESSAGEs and other RECEIPTs read meanwhile stay
+        pending for later ``read_frame`` calls. An ERROR fails the wait."""
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        stash: list[Frame] = []
+        try:
+            while True:
+                while True:
+                    frame = self._try_parse()
+                    if frame is not None:
+                        break
+                    self._fill(deadline)
+                if frame.command == "RECEIPT" and frame.get("receipt-id") == receipt_id:
+                    return frame
+                assert frame.command != "ERROR", f"expected RECEIPT, got ERROR {frame.headers} {frame.body!r}"
+                stash.append(frame)
+        finally:
+            self.pending.extend(stash)
 
     def subscribe(self, destination: str, sub_id: str = "s-1", ack: str = "auto",
                   headers: dict[str, str] | None = None) -> None:
