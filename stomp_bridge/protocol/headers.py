@@ -1,0 +1,351 @@
+"""STOMP headers <-> AMQP 0-9-1 basic properties and queue arguments, as RabbitMQ's STOMP plugin maps them.
+
+Sources (rabbitmq-server): ``rabbit_stomp_util.erl`` (``message_properties``,
+``message_headers``, ``adhoc_convert_headers``, ``headers_extra``,
+``headers_post_process``, ``build_arguments``, ``parse_message_id``),
+``rabbit_stomp_headers.hrl`` and ``rabbit_stomp_frame.erl`` (``integer_header``,
+``boolean_header``). "Verified" means checked against the 3.10.8 plugin.
+
+AMQP properties are plain dicts keyed by pamqp's ``Basic.Properties`` field
+names (``message_type`` for AMQP ``type``); headers tables are plain dicts.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from datetime import datetime
+from typing import Any, Mapping
+
+from .destinations import DEST_PREFIXES, REPLY_QUEUE_PREFIX, base64url, message_destination, processing_error
+from .errors import ProtocolError, StompError
+
+# -- names (rabbit_stomp_headers.hrl) ----------------------------------------------------
+
+MESSAGE_ID_SEPARATOR = "@@"
+INTERNAL_TAG_PREFIX = "T_"  # consumer tag of a subscription with an id (and of reply queues)
+QUEUE_TAG_PREFIX = "Q_"  # consumer tag of a subscription without an id: "Q_" + destination
+TEMP_QUEUE_ID_PREFIX = "/temp-queue/"
+
+# HEADERS_NOT_ON_SEND
+HEADERS_NOT_ON_SEND = ("message-id",)
+
+# Queue arguments taken from SEND/SUBSCRIBE headers, with their AMQP type: int is
+# 'long', str is 'longstr'. x-overflow is in the docs but not in the plugin's list.
+QUEUE_ARGUMENTS: dict[str, type] = {
+    "x-dead-letter-exchange": str,
+    "x-dead-letter-routing-key": str,
+    "x-expires": int,
+    "x-max-length": int,
+    "x-max-age": str,  # 3.11+
+    "x-stream-max-segment-size-bytes": int,  # 3.11+
+    "x-max-length-bytes": int,
+    "x-max-priority": int,
+    "x-message-ttl": int,
+    "x-queue-type": str,
+    "x-stream-filter-size-bytes": int,  # 3.13+
+}
+QUEUE_ARGUMENTS_3_10 = frozenset(
+    (
+        "x-dead-letter-exchange",
+        "x-dead-letter-routing-key",
+        "x-expires",
+        "x-max-length",
+        "x-max-length-bytes",
+        "x-max-priority",
+        "x-message-ttl",
+        "x-queue-type",
+    )
+)
+
+# user_header/1 is false for these: they become properties (or, for destination,
+# nothing). Every other SEND header, receipt, transaction, content-length, id,
+# durable, x-... included, is copied into the AMQP headers table (verified).
+NOT_USER_HEADERS = frozenset(
+    (
+        "content-type",
+        "content-encoding",
+        "persistent",
+        "priority",
+        "correlation-id",
+        "reply-to",
+        "expiration",
+        "amqp-message-id",
+        "timestamp",
+        "type",
+        "user-id",
+        "app-id",
+        "destination",
+    )
+)
+
+_INT = re.compile(r"[+-]?[0-9]+").fullmatch
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _integer(name: str, value: str, compat_3_10: bool) -> int:
+    # list_to_integer(string:strip(V)) in 3.x (spaces only); string:trim in 4.x (whitespace)
+    text = value.strip(" ") if compat_3_10 else value.strip()
+    if _INT(text) is None:
+        raise processing_error(f"header {name!r}: {value!r} is not an integer")
+    return int(text)
+
+
+def queue_arguments(headers: Mapping[str, str], *, compat_3_10: bool = False) -> dict[str, Any]:
+    """The ``x-`` queue arguments of a SEND or SUBSCRIBE (``build_arguments/1``).
+
+    Integers become ``int`` (AMQP long), the rest stripped ``str``. A value that
+    is not an integer is a "Processing error" (verified), whatever the
+    destination kind, even when no queue is declared.
+    """
+    names = QUEUE_ARGUMENTS_3_10 if compat_3_10 else QUEUE_ARGUMENTS
+    args: dict[str, Any] = {}
+    for name, value in headers.items():
+        if name in names:
+            if QUEUE_ARGUMENTS[name] is int:
+                number = _integer(name, value, compat_3_10)
+                if not _INT64[0] <= number <= _INT64[1]:
+                    raise processing_error(f"header {name!r}: {value!r} does not fit an AMQP long")
+                args[name] = number
+            else:
+                args[name] = value.strip(" ") if compat_3_10 else value.strip()
+    return args
+
+
+def parse_bool(value: str | None) -> bool | None:
+    """``true``/``True`` -> True, ``false``/``False`` -> False, anything else None (``boolean_header``)."""
+    if value == "true" or value == "True":
+        return True
+    if value == "false" or value == "False":
+        return False
+    return None
+
+
+# -- SEND -> basic.publish ---------------------------------------------------------------
+
+
+def check_send_headers(headers: Mapping[str, str]) -> None:
+    """Refuse the headers a client may not put on SEND (checked before the destination)."""
+    for name in HEADERS_NOT_ON_SEND:
+        if name in headers:
+            raise StompError("Invalid header", f"'{name}' is not allowed on 'SEND'.\n", close=False)
+
+
+_STR_PROPERTIES = (
+    ("content-type", "content_type"),
+    ("content-encoding", "content_encoding"),
+    ("correlation-id", "correlation_id"),
+    ("reply-to", "reply_to"),
+    ("expiration", "expiration"),
+    ("amqp-message-id", "message_id"),
+    ("type", "message_type"),
+    ("user-id", "user_id"),
+    ("app-id", "app_id"),
+)
+
+
+def properties_from_send(headers: Mapping[str, str], reply_to: str | None = None, *, compat_3_10: bool = False) -> dict[str, Any]:
+    """AMQP basic properties for a SEND (``message_properties/1``), keyed by pamqp field names.
+
+    ``reply_to`` replaces the header's value (the session passes the reply
+    queue behind a ``/temp-queue/``). ``persistent:true`` sets delivery mode 2;
+    ``priority`` and ``timestamp`` must be integers ("Processing error"
+    otherwise) and, here, fit the AMQP octet / 64-bit timestamp (the plugin's
+    direct connection does not check this; pamqp would fail to encode it).
+    ``headers`` is always present, possibly empty, each value a longstr.
+    """
+    props: dict[str, Any] = {}
+    for header, prop in _STR_PROPERTIES:
+        value = headers.get(header)
+        if value is not None:
+            props[prop] = value
+    if reply_to is not None:
+        props["reply_to"] = reply_to
+    if parse_bool(headers.get("persistent")):
+        props["delivery_mode"] = 2
+    priority = headers.get("priority")
+    if priority is not None:
+        number = _integer("priority", priority, compat_3_10)
+        if not 0 <= number <= 255:
+            raise processing_error(f"priority {priority!r} does not fit an octet")
+        props["priority"] = number
+    timestamp = headers.get("timestamp")
+    if timestamp is not None:
+        number = _integer("timestamp", timestamp, compat_3_10)
+        if not 0 <= number < 1 << 64:
+            raise processing_error(f"timestamp {timestamp!r} does not fit 64 bits")
+        props["timestamp"] = number
+    props["headers"] = {k: v for k, v in headers.items() if k not in NOT_USER_HEADERS}
+    return props
+
+
+# -- basic.deliver -> MESSAGE ------------------------------------------------------------
+
+# message_headers/1 emits these after the headers table, in this order (verified).
+_MESSAGE_PROPERTIES = (
+    ("app_id", "app-id"),
+    ("user_id", "user-id"),
+    ("message_type", "type"),
+    ("timestamp", "timestamp"),
+    ("message_id", "amqp-message-id"),
+    ("expiration", "expiration"),
+    ("reply_to", "reply-to"),
+    ("correlation_id", "correlation-id"),
+    ("priority", "priority"),
+    ("delivery_mode", "persistent"),
+    ("content_encoding", "content-encoding"),
+    ("content_type", "content-type"),
+)
+
+
+def _reply_to(value: str) -> str:
+    # headers_post_process/1: a bare queue name (amq.gen-...) becomes /reply-queue/<name>
+    return value if value.startswith(DEST_PREFIXES) else REPLY_QUEUE_PREFIX + value
+
+
+def message_headers(
+    consumer_tag: str,
+    session_id: str,
+    delivery_tag: int,
+    exchange: str,
+    routing_key: str,
+    redelivered: bool,
+    properties: Mapping[str, Any],
+    ack: bool = False,
+) -> dict[str, str]:
+    """MESSAGE headers for one delivery (``rabbit_stomp_util:headers/5``), in the plugin's order.
+
+    ``subscription`` (only for ``T_`` consumer tags), ``destination``,
+    ``message-id`` = ``<consumer tag>@@<session>@@<delivery tag>``,
+    ``redelivered``, ``ack`` (same value; pass ``ack=True`` for STOMP 1.2 with
+    ack client or client-individual), then the headers table, then the
+    properties. Table entries keep str values and stringify ints (the plugin
+    converts signedint and long and drops byte/short/unsigned ints, which
+    Python cannot tell apart: here every int is kept); bool, float, decimal,
+    timestamp, table, array, void and byte-array entries are dropped. Delivery
+    mode 2 is ``persistent:true``, any other mode ``persistent:<n>`` (verified:
+    mode 1 gives ``persistent:1``). When a name repeats (a table entry called
+    ``destination``), the first one wins, as a STOMP client reads it.
+    """
+    if consumer_tag.startswith(INTERNAL_TAG_PREFIX):
+        out = {"subscription": consumer_tag[2:]}
+    else:
+        out = {}
+    message_id = f"{consumer_tag}@@{session_id}@@{delivery_tag}"
+    out["destination"] = message_destination(exchange, routing_key)
+    out["message-id"] = message_id
+    out["redelivered"] = "true" if redelivered else "false"
+    if ack:
+        out["ack"] = message_id
+    get = properties.get
+    table = get("headers")
+    if table:
+        for name, value in table.items():
+            if name in out:
+                continue
+            kind = type(value)
+            if kind is str:
+                out[name] = value
+            elif kind is int:
+                out[name] = str(value)
+            elif kind is bytes:  # a longstr pamqp could not decode as UTF-8
+                out[name] = value.decode("utf-8", "replace")
+    for prop, name in _MESSAGE_PROPERTIES:
+        value = get(prop)
+        if value is None or name in out:
+            continue
+        kind = type(value)
+        if kind is str:
+            out[name] = _reply_to(value) if name == "reply-to" else value
+        elif kind is int:
+            out[name] = "true" if name == "persistent" and value == 2 else str(value)
+        elif isinstance(value, datetime):  # pamqp decodes the timestamp property to a datetime
+            out[name] = str(int(value.timestamp()))
+        elif kind is bytes:
+            out[name] = value.decode("utf-8", "replace")
+    return out
+
+
+# -- message-id, consumer tags, ack modes -------------------------------------------------
+
+
+def new_session_id(random: bytes | None = None) -> str:
+    """The CONNECTED ``session`` header: ``session-`` + base64url of 16 random bytes (verified)."""
+    return "session-" + base64url(secrets.token_bytes(16) if random is None else random)
+
+
+def make_message_id(consumer_tag: str, session_id: str, delivery_tag: int) -> str:
+    return f"{consumer_tag}{MESSAGE_ID_SEPARATOR}{session_id}{MESSAGE_ID_SEPARATOR}{delivery_tag}"
+
+
+def ack_header_name(version: str) -> str:
+    """The header ACK/NACK must carry: ``id`` in 1.2 (the MESSAGE's ``ack``), else ``message-id``."""
+    return "id" if version == "1.2" else "message-id"
+
+
+def parse_message_id(value: str, command: str = "ACK", header: str = "id") -> tuple[str, str, int]:
+    """(consumer tag, session id, delivery tag) from an ACK/NACK id (``parse_message_id/1``).
+
+    Not exactly three ``@@``-separated parts: ERROR "Invalid header" (verified
+    text, 3.10 quotes the command and header names); a last part that is not
+    an integer crashes the plugin: "Processing error" (verified).
+    """
+    parts = value.split(MESSAGE_ID_SEPARATOR) if value else []
+    if len(parts) != 3:
+        raise ProtocolError(
+            "Invalid header", f'"{command}" must include a valid "{header}" header\n', close=False
+        )
+    tag = parts[2]
+    if _INT(tag) is None:
+        raise processing_error(f"delivery tag {tag!r} is not an integer")
+    return parts[0], parts[1], int(tag)
+
+
+def ack_mode(headers: Mapping[str, str]) -> tuple[str, bool]:
+    """(mode, multiple) from SUBSCRIBE ``ack``: auto, client (multiple acks), client-individual.
+
+    Any other value crashes the plugin: "Processing error" (verified)."""
+    value = headers.get("ack", "auto")
+    if value == "auto":
+        return "auto", False
+    if value == "client":
+        return "client", True
+    if value == "client-individual":
+        return "client", False
+    raise processing_error(f"unknown ack mode {value!r}")
+
+
+def subscribe_consumer_tag(headers: Mapping[str, str]) -> str:
+    """SUBSCRIBE's consumer tag: ``T_<id>``, or ``Q_<destination>`` without an id (no
+    ``subscription`` header on its MESSAGEs, verified). An id starting with
+    ``/temp-queue/`` is a "Processing error" on SUBSCRIBE (verified)."""
+    sub_id = headers.get("id")
+    if sub_id is not None:
+        if sub_id.startswith(TEMP_QUEUE_ID_PREFIX):
+            raise processing_error(f"subscription id {sub_id!r} uses the reserved prefix")
+        return INTERNAL_TAG_PREFIX + sub_id
+    destination = headers.get("destination")
+    if destination is None:  # SUBSCRIBE has already failed with "Missing destination"
+        raise processing_error("SUBSCRIBE without id or destination")
+    return QUEUE_TAG_PREFIX + destination
+
+
+def unsubscribe_consumer_tag(headers: Mapping[str, str]) -> str:
+    """UNSUBSCRIBE's consumer tag, with the plugin's errors for a reserved id or no id/destination."""
+    sub_id = headers.get("id")
+    if sub_id is not None:
+        if sub_id.startswith(TEMP_QUEUE_ID_PREFIX):
+            raise ProtocolError("Invalid id", f"UNSUBSCRIBE 'id' may not start with {TEMP_QUEUE_ID_PREFIX}\n", close=False)
+        return INTERNAL_TAG_PREFIX + sub_id
+    destination = headers.get("destination")
+    if destination is None:
+        raise ProtocolError(
+            "Missing destination or id", "UNSUBSCRIBE must include a 'destination' or 'id' header", close=False
+        )
+    return QUEUE_TAG_PREFIX + destination
+
+
+def reply_queue_consumer_tag(temp_queue_id: str) -> str:
+    """Consumer tag of the no-ack subscription to a temp queue; MESSAGEs show
+    ``subscription:/temp-queue/<id>`` (verified)."""
+    return INTERNAL_TAG_PREFIX + TEMP_QUEUE_ID_PREFIX + temp_queue_id
