@@ -1,0 +1,166 @@
+"""Acknowledgement modes, ACK/NACK per version, prefetch, redelivery."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def _fill(conn, name: str, count: int) -> None:
+    for i in range(count):
+        conn.receipt("SEND", {"destination": f"/queue/{name}"}, f"m{i}", receipt_id=f"fill-{i}")
+
+
+def _remaining(rabbit, name: str) -> list[str]:
+    return [m["payload"] for m in rabbit.get(name, count=100)]
+
+
+def test_auto_ack_removes_messages_on_delivery(connected, rabbit, queues, unique):
+    name = f"auto-{unique}"
+    queues.append(name)
+    conn = connected()
+    _fill(conn, name, 2)
+    conn.subscribe(f"/queue/{name}", ack="auto")
+    msgs = [conn.expect("MESSAGE"), conn.expect("MESSAGE")]
+    assert all("ack" not in m for m in msgs)
+    conn.send_frame("DISCONNECT", {"receipt": "bye"})
+    conn.read_until_closed()
+    assert _remaining(rabbit, name) == []
+
+
+def test_client_ack_is_cumulative(connected, rabbit, queues, unique):
+    name = f"client-{unique}"
+    queues.append(name)
+    conn = connected()
+    _fill(conn, name, 3)
+    conn.subscribe(f"/queue/{name}", ack="client")
+    msgs = [conn.expect("MESSAGE") for _ in range(3)]
+    conn.receipt("ACK", {"id": msgs[1]["ack"]}, receipt_id="ack")  # acks m0 and m1
+    conn.send_frame("DISCONNECT", {"receipt": "bye"})
+    conn.read_until_closed()
+    assert _remaining(rabbit, name) == ["m2"]
+
+
+def test_client_individual_ack_acks_only_that_message(connected, rabbit, queues, unique):
+    name = f"indiv-{unique}"
+    queues.append(name)
+    conn = connected()
+    _fill(conn, name, 3)
+    conn.subscribe(f"/queue/{name}", ack="client-individual")
+    msgs = [conn.expect("MESSAGE") for _ in range(3)]
+    conn.receipt("ACK", {"id": msgs[1]["ack"]}, receipt_id="ack")
+    conn.send_frame("DISCONNECT", {"receipt": "bye"})
+    conn.read_until_closed()
+    assert _remaining(rabbit, name) == ["m0", "m2"]
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1"])
+def test_ack_with_message_id_and_subscription_in_old_versions(connected, rabbit, queues, unique, version):
+    name = f"old-{unique}"
+    queues.append(name)
+    conn = connected(version)
+    _fill(conn, name, 2)
+    conn.subscribe(f"/queue/{name}", sub_id="s", ack="client-individual")
+    first, second = conn.expect("MESSAGE"), conn.expect("MESSAGE")
+    assert "ack" not in first  # the 'ack' header is STOMP 1.2 only
+    conn.receipt("ACK", {"message-id": first["message-id"], "subscription": "s"}, receipt_id="a")
+    conn.receipt("NACK", {"message-id": second["message-id"], "subscription": "s"}, receipt_id="n")
+    again = conn.expect("MESSAGE")
+    assert again.body == b"m1"
+    assert again["redelivered"] == "true"
+    assert again["message-id"] != second["message-id"]  # a redelivery gets a fresh id
+
+
+@pytest.mark.parametrize("version,headers,message,text", [
+    ("1.1", {"subscription": "s"}, "Missing header", '"ACK" must include the "message-id" header\n'),
+    ("1.1", {"subscription": "s", "message-id": "bogus"}, "Invalid header",
+     '"ACK" must include a valid "message-id" header\n'),
+    ("1.2", {}, "Missing header", '"ACK" must include the "id" header\n'),
+])
+def test_bad_ack_headers_are_errors(connected, version, headers, message, text):
+    conn = connected(version)
+    conn.send_frame("ACK", headers)
+    error = conn.expect("ERROR")
+    assert error["message"] == message
+    assert error.text == text
+
+
+def test_ack_header_is_message_id_in_1_2(connected, queues, unique):
+    name = f"hdr-{unique}"
+    queues.append(name)
+    conn = connected("1.2")
+    _fill(conn, name, 1)
+    conn.subscribe(f"/queue/{name}", ack="client")
+    msg = conn.expect("MESSAGE")
+    assert msg["ack"] == msg["message-id"]
+
+
+def test_nack_default_requeues_with_redelivered_flag(connected, rabbit, queues, unique):
+    name = f"nack-{unique}"
+    queues.append(name)
+    conn = connected()
+    _fill(conn, name, 1)
+    conn.subscribe(f"/queue/{name}", ack="client-individual")
+    first = conn.expect("MESSAGE")
+    assert first["redelivered"] == "false"
+    conn.receipt("NACK", {"id": first["ack"]}, receipt_id="n")
+    again = conn.expect("MESSAGE")
+    assert again.body == b"m0" and again["redelivered"] == "true"
+
+
+def test_nack_requeue_false_dead_letters(connected, rabbit, queues, unique):
+    name, dlq = f"src-{unique}", f"dlq-{unique}"
+    queues.extend([name, dlq])
+    rabbit.declare_queue(dlq)
+    conn = connected()
+    conn.receipt("SEND", {"destination": f"/queue/{name}", "x-dead-letter-exchange": "",
+                          "x-dead-letter-routing-key": dlq}, "doomed")
+    conn.subscribe(f"/queue/{name}", ack="client-individual",
+                   headers={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq})
+    msg = conn.expect("MESSAGE")
+    conn.receipt("NACK", {"id": msg["ack"], "requeue": "false"}, receipt_id="n")
+    conn.no_frame(0.3)
+    (dead,) = rabbit.get(dlq)
+    assert dead["payload"] == "doomed"
+    assert dead["properties"]["headers"]["x-death"][0]["reason"] == "rejected"
+    assert rabbit.get(name) == []
+
+
+def test_prefetch_count_limits_unacked_deliveries(connected, queues, unique):
+    name = f"prefetch-{unique}"
+    queues.append(name)
+    conn = connected()
+    _fill(conn, name, 5)
+    conn.subscribe(f"/queue/{name}", ack="client-individual", headers={"prefetch-count": "2"})
+    first, second = conn.expect("MESSAGE"), conn.expect("MESSAGE")
+    conn.no_frame(0.5)
+    conn.send_frame("ACK", {"id": first["ack"]})
+    assert conn.expect("MESSAGE").body == b"m2"
+    conn.no_frame(0.5)
+    conn.send_frame("ACK", {"id": second["ack"]})
+    assert conn.expect("MESSAGE").body == b"m3"
+
+
+def test_unsubscribe_stops_deliveries(connected, queues, unique):
+    name = f"unsub-{unique}"
+    queues.append(name)
+    conn = connected()
+    conn.subscribe(f"/queue/{name}", sub_id="u")
+    conn.receipt("UNSUBSCRIBE", {"id": "u"}, receipt_id="un")
+    other = connected()
+    other.receipt("SEND", {"destination": f"/queue/{name}"}, "after unsubscribe")
+    conn.no_frame(0.5)
+
+
+def test_unacked_messages_return_to_queue_on_close(connected, rabbit, queues, unique):
+    name = f"return-{unique}"
+    queues.append(name)
+    conn = connected()
+    _fill(conn, name, 2)
+    conn.subscribe(f"/queue/{name}", ack="client")
+    conn.expect("MESSAGE"), conn.expect("MESSAGE")
+    conn.close()
+    again = connected()
+    again.subscribe(f"/queue/{name}", ack="client")
+    redelivered = [again.expect("MESSAGE") for _ in range(2)]
+    assert [m.body for m in redelivered] == [b"m0", b"m1"]
+    assert all(m["redelivered"] == "true" for m in redelivered)
