@@ -1,0 +1,58 @@
+"""Permissions of the connected user, as RabbitMQ enforces them."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture
+def user(rabbit, unique):
+    name = f"user-{unique}"
+    rabbit.create_user(name, "pw")
+    yield name
+    rabbit.delete_user(name)
+
+
+def test_send_without_write_permission_is_access_refused(connected, rabbit, queues, unique, user):
+    name = f"auth-{unique}"
+    queues.append(name)
+    rabbit.declare_queue(name)
+    rabbit.set_permissions(user, write="^nothing$")
+    conn = connected(login=user, passcode="pw")
+    conn.send_frame("SEND", {"destination": f"/amq/queue/{name}", "receipt": "r"}, "x")
+    error = conn.error_then_close()
+    assert error["message"] == "access_refused"
+    assert error.text == f"ACCESS_REFUSED - access to exchange 'amq.default' in vhost '/' refused for user '{user}'"
+    assert rabbit.get(name) == []
+
+
+def test_subscribe_without_read_permission_is_access_refused(connected, rabbit, queues, unique, user):
+    name = f"auth-{unique}"
+    queues.append(name)
+    rabbit.declare_queue(name)
+    rabbit.set_permissions(user, read="^nothing$")
+    conn = connected(login=user, passcode="pw")
+    conn.send_frame("SUBSCRIBE", {"destination": f"/amq/queue/{name}", "id": "1"})
+    error = conn.error_then_close()
+    assert error["message"] == "access_refused"
+    assert error.text == f"ACCESS_REFUSED - access to queue '{name}' in vhost '/' refused for user '{user}'"
+
+
+def test_topic_permissions_apply_to_topic_send(connected, rabbit, unique, user):
+    rabbit.set_permissions(user)
+    rabbit.set_topic_permissions(user, write="^allowed\\.")
+    conn = connected(login=user, passcode="pw")
+    conn.receipt("SEND", {"destination": f"/topic/allowed.{unique}"}, "ok")
+    conn.send_frame("SEND", {"destination": f"/topic/denied.{unique}", "receipt": "r2"}, "no")
+    error = conn.error_then_close()
+    assert error["message"] == "access_refused"
+    assert error.text == (f"ACCESS_REFUSED - access to topic 'denied.{unique}' in exchange 'amq.topic' "
+                          f"in vhost '/' refused for user '{user}'")
+
+
+def test_user_without_vhost_access_cannot_connect(raw, unique, user):
+    conn = raw()
+    conn.send_frame("CONNECT", {"accept-version": "1.2", "login": user, "passcode": "pw"})
+    error = conn.expect("ERROR")
+    assert error["message"] == "Bad CONNECT"
+    assert error.text == "Virtual host '/' access denied"
