@@ -137,7 +137,7 @@ class BridgeServer:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._server: asyncio.base_events.Server | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._connections: dict[asyncio.Task[Any], Connection] = {}
 
     @property
     def port(self) -> int:
@@ -162,25 +162,37 @@ class BridgeServer:
                 pass
         task = asyncio.current_task()
         assert task is not None
-        self._tasks.add(task)
+        connection = Connection(reader, writer, self.settings)
+        self._connections[task] = connection
         try:
-            await Connection(reader, writer, self.settings).run()
+            await connection.run()
         finally:
-            self._tasks.discard(task)
+            self._connections.pop(task, None)
 
     @property
     def connection_count(self) -> int:
-        return len(self._tasks)
+        return len(self._connections)
 
-    async def close(self) -> None:
-        """Stop accepting, then end every connection (their AMQP connections with them)."""
+    async def close(self, grace: float = 10.0) -> None:
+        """Stop accepting, tell every client why with an ERROR, and release its AMQP connection.
+
+        Connections end through their own loop (EOF after the transport
+        closes), so each closes its AMQP connection cleanly; whatever has not
+        finished after ``grace`` seconds is cancelled.
+        """
         if self._server is not None:
             self._server.close()
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
+        for connection in list(self._connections.values()):
+            connection.session.fail(
+                StompError("Server shutdown", "The bridge is shutting down; reconnect to another instance.")
+            )
+        tasks = list(self._connections)
         if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+            _, pending = await asyncio.wait(tasks, timeout=grace)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
         if self._server is not None:
             await self._server.wait_closed()
 

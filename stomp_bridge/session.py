@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
-import secrets
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,11 +41,11 @@ SUPPORTED_VERSIONS = ("1.0", "1.1", "1.2")
 
 @dataclass(slots=True)
 class Subscription:
-    id: str  # the STOMP subscription id (``subscription`` header on MESSAGE)
-    consumer_tag: str
-    destination: str
+    consumer_tag: str  # T_<id>, Q_<destination>, or T_/temp-queue/<id> (plugin naming)
+    destination: dest.Destination | None  # None for the automatic temp-queue subscription
     queue: str
-    ack_mode: str  # "auto" | "client" | "client-individual"
+    ack: bool  # the client acknowledges (ack:client or client-individual)
+    multiple: bool  # ack:client: an ACK settles every earlier delivery too
 
 
 def negotiate_version(accept: str | None) -> str:
@@ -179,7 +178,7 @@ class Session:
                    "private": error.private},
         )
         try:
-            self._write(serialize(Frame("ERROR", headers, body), self.version))
+            self._write(self._encode(Frame("ERROR", headers, body)))
         except Exception:  # noqa: BLE001 - the socket may already be gone
             pass
         self.closed = True
@@ -239,7 +238,7 @@ class Session:
             max_headers=s.max_headers,
             max_header_length=s.max_header_length,
         )
-        self.session_id = "session-" + secrets.token_urlsafe(16)
+        self.session_id = hdr.new_session_id()
         send_s, recv_s = _heartbeat_seconds(cy), _heartbeat_seconds(cx)
         self.heartbeat = (send_s * 1000, recv_s * 1000)
         self._connected.set()
@@ -278,90 +277,88 @@ class Session:
 
     async def _send(self, frame: Frame) -> None:
         headers = frame.headers
-        if "message-id" in headers:
-            raise ProtocolError("Invalid header", "'message-id' is not allowed on 'SEND'.\n")
-        destination = self._destination(frame, "SEND")
+        hdr.check_send_headers(headers)
+        destination = self._destination(frame)
         amqp = self._amqp()
-        exchange, routing_key, declare = dest.send_target(
-            destination, self.settings.default_topic_exchange
+        target = dest.send_target(
+            destination,
+            headers,
+            self.settings.default_topic_exchange,
+            declare=destination.name not in self.declared_queues,
         )
-        if declare is not None and declare not in self.declared_queues:
-            params = hdr.queue_params(headers, destination)
-            await amqp.declare_queue(declare, **params)
-            self.declared_queues.add(declare)
-        reply_to = headers.get("reply-to")
-        if reply_to is not None and reply_to.startswith("/temp-queue/"):
-            headers = dict(headers)
-            headers["reply-to"] = await self._reply_queue(reply_to)
-        props = hdr.properties_from_send(headers)
-        seq = amqp.publish(exchange, routing_key, make_properties(props), frame.body)
+        if target.declare is not None:
+            await self._declare(target.declare)
+        reply_to = None
+        reply_header = headers.get("reply-to")
+        if reply_header is not None:
+            temp_id = dest.reply_to_temp_queue(reply_header)
+            if temp_id is not None:
+                reply_to = await self._reply_queue(temp_id)
+        props = hdr.properties_from_send(headers, reply_to)
+        seq = amqp.publish(target.exchange, target.routing_key, make_properties(props), frame.body)
         self._unconfirmed[seq] = None
 
-    async def _reply_queue(self, reply_to: str) -> str:
-        """/temp-queue/<id>: one private queue per id, auto-subscribed (plugin semantics)."""
-        existing = self.reply_queues.get(reply_to)
+    async def _declare(self, plan: dest.QueueDeclare) -> str:
+        name = await self._amqp().declare_queue(
+            plan.queue,
+            durable=plan.durable,
+            exclusive=plan.exclusive,
+            auto_delete=plan.auto_delete,
+            arguments=plan.arguments,
+        )
+        if plan.once_per_session:
+            self.declared_queues.add(plan.queue)
+        return name
+
+    async def _reply_queue(self, temp_id: str) -> str:
+        """/temp-queue/<id>: one server-named queue per id, auto-subscribed (plugin semantics)."""
+        existing = self.reply_queues.get(temp_id)
         if existing is None:
             amqp = self._amqp()
-            name = dest.temp_queue_name()
-            await amqp.declare_queue(name, exclusive=True, auto_delete=True)
-            tag = dest.reply_to_consumer_tag(reply_to)
-            await amqp.consume(name, tag, no_ack=True)
-            self.subscriptions[tag] = Subscription(
-                id=reply_to, consumer_tag=tag, destination=reply_to, queue=name, ack_mode="auto"
-            )
-            self.reply_queues[reply_to] = existing = name
-        return dest.reply_queue_destination(existing)
+            existing = await self._declare(dest.TEMP_QUEUE_DECLARE)
+            tag = hdr.reply_queue_consumer_tag(temp_id)
+            self.subscriptions[tag] = Subscription(tag, None, existing, ack=False, multiple=False)
+            await amqp.consume(existing, tag, no_ack=True)
+            self.reply_queues[temp_id] = existing
+        return existing
 
     # -- SUBSCRIBE / UNSUBSCRIBE ----------------------------------------------------
 
     async def _on_subscribe(self, frame: Frame) -> None:
         headers = frame.headers
-        destination = self._destination(frame, "SUBSCRIBE")
-        sub_id, tag = dest.subscription_ids(headers)
+        dest.require_durable_id(headers)
+        destination = self._destination(frame)
+        tag = hdr.subscribe_consumer_tag(headers)
         if tag in self.subscriptions:
             raise ProtocolError(
                 "Duplicated subscription identifier",
-                f"A subscription identified by '{sub_id}' already exists.",
+                f"A subscription identified by '{tag}' already exists.",
             )
         if len(self.subscriptions) >= self.settings.max_subscriptions:
             raise ProtocolError(
                 "Too many subscriptions",
                 f"A connection may hold at most {self.settings.max_subscriptions} subscriptions",
             )
-        if _is_durable(headers) and "id" not in headers:
-            raise ProtocolError("Missing Header", "Header 'id' is required for durable subscriptions")
-        ack_mode = headers.get("ack", "auto")
-        if ack_mode not in ("auto", "client", "client-individual"):
-            raise ProtocolError(
-                "Invalid ack header", f"ack must be auto, client or client-individual, not {ack_mode!r}"
-            )
-        amqp = self._amqp()
-        plan = dest.subscribe_plan(
-            destination, headers, self.settings.default_topic_exchange
-        )
-        if plan.declare:
-            queue = await amqp.declare_queue(
-                plan.queue,
-                passive=plan.passive,
-                durable=plan.durable,
-                exclusive=plan.exclusive,
-                auto_delete=plan.auto_delete,
-                arguments=plan.arguments,
-            )
-        else:
-            queue = plan.queue
-        for exchange, key in plan.bindings:
-            await amqp.bind(queue, exchange, key)
+        mode, multiple = hdr.ack_mode(headers)
         prefetch = _int_header(headers, "prefetch-count", 0)
-        await amqp.qos(prefetch)
-        arguments = hdr.consume_arguments(headers, self._amqp().broker_version)
-        sub = Subscription(
-            id=sub_id, consumer_tag=tag, destination=headers["destination"], queue=queue,
-            ack_mode=ack_mode,
+        amqp = self._amqp()
+        arguments = hdr.consume_arguments(headers, amqp.broker_version)
+        plan = dest.subscribe_plan(
+            destination,
+            headers,
+            self.settings.default_topic_exchange,
+            declare=destination.name not in self.declared_queues,
         )
+        queue = plan.queue
+        if plan.declare is not None:
+            queue = await self._declare(plan.declare)
+        await amqp.qos(prefetch)
+        sub = Subscription(tag, destination, queue, ack=mode != "auto", multiple=multiple)
         self.subscriptions[tag] = sub
         try:
-            await amqp.consume(queue, tag, no_ack=ack_mode == "auto", arguments=arguments)
+            await amqp.consume(queue, tag, no_ack=mode == "auto", arguments=arguments)
+            if plan.binding is not None:
+                await amqp.bind(queue, *plan.binding)
         except BaseException:
             self.subscriptions.pop(tag, None)
             raise
@@ -369,22 +366,21 @@ class Session:
 
     async def _on_unsubscribe(self, frame: Frame) -> None:
         headers = frame.headers
-        if "id" not in headers and "destination" not in headers:
-            raise ProtocolError(
-                "Missing destination or id", "UNSUBSCRIBE must include a 'destination' or 'id' header"
-            )
-        sub_id, tag = dest.subscription_ids(headers)
+        dest.require_durable_id(headers)
+        tag = hdr.unsubscribe_consumer_tag(headers)
         sub = self.subscriptions.get(tag)
-        if sub is None or sub.id.startswith("/temp-queue/"):
+        if sub is None or sub.destination is None:
             raise ProtocolError(
                 "No subscription found",
-                f"UNSUBSCRIBE must refer to an existing subscription.\nSubscription to {sub_id!r} not found.\n",
+                "UNSUBSCRIBE must refer to an existing subscription.\n"
+                f"Subscription to {tag[2:]!r} not found.\n",
             )
         amqp = self._amqp()
         await amqp.cancel(tag)
         del self.subscriptions[tag]
-        if _is_durable(headers) and sub.destination.startswith("/topic/"):
-            await amqp.delete_queue(sub.queue)
+        doomed = dest.durable_queue_to_delete(sub.destination, headers)
+        if doomed is not None:
+            await amqp.delete_queue(doomed)
         self._maybe_receipt(frame)
 
     def _on_server_cancel(self, consumer_tag: str) -> None:
@@ -393,38 +389,37 @@ class Session:
             return
         headers = {
             "message": "Server cancelled subscription",
-            "subscription": sub.id,
+            "subscription": consumer_tag[2:],
             "content-type": "text/plain",
             "version": ",".join(SUPPORTED_VERSIONS),
         }
         body = (
             "The server has canceled a subscription.\n"
-            f"No more messages will be delivered for {sub.destination!r}.\n"
+            f"No more messages will be delivered for {sub.queue!r}.\n"
         ).encode()
         # The plugin reports this without closing the connection.
-        self._write(serialize(Frame("ERROR", headers, body), self.version))
+        self._write(self._encode(Frame("ERROR", headers, body)))
 
     # -- deliveries ---------------------------------------------------------------
 
     def _on_delivery(self, deliver: spec.Basic.Deliver, properties: Any, body: bytes) -> None:
-        sub = self.subscriptions.get(deliver.consumer_tag)
+        tag = deliver.consumer_tag
+        sub = self.subscriptions.get(tag)
         if sub is None or self.closed:
             return
         headers = hdr.message_headers(
-            subscription=sub.id,
-            consumer_tag=sub.consumer_tag,
-            session_id=self.session_id,
-            delivery_tag=deliver.delivery_tag,
-            exchange=deliver.exchange,
-            routing_key=deliver.routing_key,
-            redelivered=deliver.redelivered,
-            properties=properties_dict(properties),
-            ack_mode=sub.ack_mode,
-            version=self.version,
+            tag,
+            self.session_id,
+            deliver.delivery_tag,
+            deliver.exchange,
+            deliver.routing_key,
+            deliver.redelivered,
+            properties_dict(properties),
+            ack=sub.ack and self.version == "1.2",
         )
-        if sub.ack_mode != "auto":
+        if sub.ack:
             self.unacked[deliver.delivery_tag] = sub
-        self._write(serialize(Frame("MESSAGE", headers, body), self.version))
+        self._write(self._encode(Frame("MESSAGE", headers, body)))
 
     # -- ACK / NACK ---------------------------------------------------------------
 
@@ -441,18 +436,22 @@ class Session:
         self._maybe_receipt(frame)
 
     def _settle(self, frame: Frame, command: str) -> None:
-        header = "id" if self.version == "1.2" else "message-id"
+        header = hdr.ack_header_name(self.version)
         value = frame.headers.get(header)
         if value is None:
-            raise ProtocolError("Missing header", f"{command} must include the '{header}' header\n")
-        parsed = hdr.parse_message_id(value)
-        if parsed is None or parsed[1] != self.session_id:
-            raise ProtocolError("Invalid header", f"{command} must include a valid '{header}' header\n")
-        consumer_tag, _, delivery_tag = parsed
+            raise ProtocolError("Missing header", f'"{command}" must include the "{header}" header\n')
+        consumer_tag, session_id, delivery_tag = hdr.parse_message_id(value, command, header)
+        if session_id != self.session_id:
+            raise ProtocolError("Invalid header", f'"{command}" must include a valid "{header}" header\n')
+        if consumer_tag not in self.subscriptions:
+            raise ProtocolError("Subscription not found", f'Message with id "{value}" has no subscription')
         sub = self.unacked.get(delivery_tag)
         if sub is None or sub.consumer_tag != consumer_tag:
-            raise ProtocolError("Message not found", f"unknown delivery tag {delivery_tag}\n")
-        multiple = sub.ack_mode == "client"
+            # What RabbitMQ answers to an ack for a tag it never delivered.
+            raise BrokerError(
+                "precondition_failed", f"PRECONDITION_FAILED - unknown delivery tag {delivery_tag}"
+            )
+        multiple = sub.multiple
         if multiple:
             for tag in [t for t in self.unacked if t <= delivery_tag]:
                 del self.unacked[tag]
@@ -462,7 +461,9 @@ class Session:
         if command == "ACK":
             amqp.ack(delivery_tag, multiple)
         else:
-            requeue = _bool_header(frame.headers, "requeue", self.settings.default_nack_requeue)
+            requeue = hdr.parse_bool(frame.headers.get("requeue"))
+            if requeue is None:
+                requeue = self.settings.default_nack_requeue
             amqp.nack(delivery_tag, multiple, requeue)
 
     # -- transactions -------------------------------------------------------------
@@ -531,7 +532,7 @@ class Session:
             self._queue_receipt(receipt)
 
     def _queue_receipt(self, receipt: str) -> None:
-        data = serialize(Frame("RECEIPT", {"receipt-id": receipt}), self.version)
+        data = self._encode(Frame("RECEIPT", {"receipt-id": receipt}))
         if not self._unconfirmed and not self._receipts:
             self._write(data)
         else:
@@ -572,24 +573,21 @@ class Session:
             raise BrokerError("Not connected", "The AMQP connection is gone; reconnect.")
         return self.amqp
 
-    def _destination(self, frame: Frame, command: str) -> dest.Destination:
+    def _destination(self, frame: Frame) -> dest.Destination:
         value = frame.headers.get("destination")
         if value is None:
-            raise ProtocolError("Missing destination", f"{command} must include a 'destination' header\n")
-        return dest.parse_destination(value, command)
+            raise ProtocolError(
+                "Missing destination", f"{frame.command} must include a 'destination' header\n"
+            )
+        return dest.parse_destination(value)
 
-
-def _is_durable(headers: dict[str, str]) -> bool:
-    return headers.get("durable") == "true" or headers.get("persistent") == "true"
-
-
-def _bool_header(headers: dict[str, str], name: str, default: bool) -> bool:
-    value = headers.get(name)
-    if value is None:
-        return default
-    if value in ("true", "false"):
-        return value == "true"
-    raise ProtocolError("Invalid header", f"'{name}' must be true or false, not {value!r}")
+    def _encode(self, frame: Frame) -> bytes:
+        """Server frames; 1.0 clients get the plugin's (1.2) escaping, the only safe choice."""
+        version = self.version
+        try:
+            return serialize(frame, "1.2" if version == "1.0" else version)
+        except ValueError:  # a raw CR that 1.1 cannot escape
+            return serialize(frame, "1.2")
 
 
 def _int_header(headers: dict[str, str], name: str, default: int) -> int:

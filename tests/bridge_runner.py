@@ -32,7 +32,6 @@ class BridgeThread:
             return
         self._ready.set()
         loop.run_forever()
-        loop.run_until_complete(self._server.close())
         loop.close()
 
     def start(self) -> None:
@@ -43,6 +42,8 @@ class BridgeThread:
             raise RuntimeError(f"bridge failed to start: {self._error!r}") from self._error
 
     def stop(self) -> None:
-        if self._loop is not None and self._loop.is_running():
-            self._loop.call_soon_threadsafe(self._loop.stop)
+        loop, server = self._loop, self._server
+        if loop is not None and server is not None and loop.is_running():
+            asyncio.run_coroutine_threadsafe(server.close(), loop).result(30)
+            loop.call_soon_threadsafe(loop.stop)
         self._thread.join(30)

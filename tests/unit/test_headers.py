@@ -43,10 +43,11 @@ def test_queue_arguments_types_and_trimming():
         "x-dead-letter-exchange": " dlx ",
         "x-dead-letter-routing-key": "rk",
         "x-queue-type": "stream",
+        "x-overflow": "reject-publish",
         "x-max-age": "1D",
         "x-stream-max-segment-size-bytes": "500000",
         "x-stream-filter-size-bytes": "32",
-        "x-overflow": "reject-publish",  # documented, but not in the plugin's list
+        "x-overflow": "reject-publish",  # documented; the bridge honours it (the plugin drops it)
         "x-other": "1",
     }
     assert queue_arguments(headers) == {
@@ -61,6 +62,7 @@ def test_queue_arguments_types_and_trimming():
         "x-max-age": "1D",
         "x-stream-max-segment-size-bytes": 500000,
         "x-stream-filter-size-bytes": 32,
+        "x-overflow": "reject-publish",
     }
 
 
