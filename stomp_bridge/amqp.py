@@ -25,6 +25,7 @@ from typing import Any
 
 import aiormq
 import aiormq.exceptions as amqp_exc
+import pamqp.encode
 import pamqp.frame
 from aiormq.abc import ChannelFrame
 from pamqp import commands as spec
@@ -34,6 +35,22 @@ from pamqp.header import ContentHeader
 from .protocol.errors import AccessRefused, BrokerError, StompError
 
 log = logging.getLogger(__name__)
+
+
+def _table_integer_as_long(value: int) -> bytes:
+    """Encode every integer in an AMQP field table as a signed 64-bit long.
+
+    pamqp picks the smallest type (``x-max-length: 10`` as a byte), but
+    RabbitMQ compares argument *types* when a queue is declared again, and the
+    STOMP plugin sends longs: a queue the plugin declared would otherwise be
+    "inequivalent" when the bridge declares it, and the other way round.
+    """
+    if -(1 << 63) <= value < (1 << 63):
+        return b"l" + pamqp.encode.long_long_int(value)
+    raise TypeError(f"Unsupported numeric value: {value}")
+
+
+pamqp.encode.table_integer = _table_integer_as_long
 
 DeliveryCallback = Callable[[spec.Basic.Deliver, spec.Basic.Properties, bytes], None]
 
@@ -118,11 +135,9 @@ class AmqpSession:
     def __init__(self, connection: aiormq.Connection, channel: aiormq.Channel) -> None:
         self.connection = connection
         self.channel = channel
-        self.broker_version = version_tuple(
-            str(connection.server_properties.get("version", b"0"), "utf-8")
-            if isinstance(connection.server_properties.get("version"), bytes)
-            else str(connection.server_properties.get("version", "0"))
-        )
+        version = connection.server_properties.get("version", "0")
+        self.broker_version_text = version.decode() if isinstance(version, bytes) else str(version)
+        self.broker_version = version_tuple(self.broker_version_text)
         self.publish_seq = 0  # the broker numbers confirms from 1 on this channel
         self._batch: list[bytes] = []
         self._channel_number = channel.number
@@ -160,11 +175,11 @@ class AmqpSession:
             )
         except amqp_exc.ProbableAuthenticationError as exc:
             raise AccessRefused(
-                "Bad CONNECT", f"Access refused for user '{login}'", private=str(exc)
+                "Bad CONNECT", f"Access refused for user '{login}'\n", private=str(exc)
             ) from exc
         except amqp_exc.AuthenticationError as exc:
             raise AccessRefused(
-                "Bad CONNECT", f"Access refused for user '{login}'", private=str(exc)
+                "Bad CONNECT", f"Access refused for user '{login}'\n", private=str(exc)
             ) from exc
         except (amqp_exc.InvalidFrameError, amqp_exc.ConnectionNotAllowed) as exc:
             # RabbitMQ answers connection.open on an unknown or forbidden vhost

@@ -232,7 +232,9 @@ class Session:
         self.amqp.on_closed = self.fail
         self.amqp.on_cancelled = self._on_server_cancel
         self.version = version
-        self.parser.version = version
+        # The plugin's codec unescapes every frame with 1.2 rules whatever the
+        # version, and escapes what it sends the same way; both sides match it.
+        self.parser.version = "1.2"
         self.parser.limits = Limits(
             max_frame_size=s.max_frame_size,
             max_headers=s.max_headers,
@@ -250,8 +252,8 @@ class Session:
             "version": version,
         }
         if not s.hide_server_info:
-            broker = ".".join(map(str, self.amqp.broker_version))
-            out["server"] = f"stomp-bridge/{__version__} (RabbitMQ/{broker})"
+            # Clients match on "RabbitMQ/"; the comment (STOMP 1.2 grammar) names the bridge.
+            out["server"] = f"RabbitMQ/{self.amqp.broker_version_text} (stomp-bridge/{__version__})"
         self._write(serialize(Frame("CONNECTED", out), version))
 
     # -- DISCONNECT ---------------------------------------------------------------
@@ -270,10 +272,9 @@ class Session:
     # -- SEND ---------------------------------------------------------------------
 
     async def _on_send(self, frame: Frame) -> None:
-        if self._in_transaction(frame):
-            return
-        await self._send(frame)
-        self._maybe_receipt(frame)
+        if not self._in_transaction(frame):
+            await self._send(frame)
+            self._maybe_receipt(frame)
 
     async def _send(self, frame: Frame) -> None:
         headers = frame.headers
@@ -424,15 +425,13 @@ class Session:
     # -- ACK / NACK ---------------------------------------------------------------
 
     async def _on_ack(self, frame: Frame) -> None:
-        if self._in_transaction(frame):
-            return
-        self._settle(frame, "ACK")
+        if not self._in_transaction(frame):
+            self._settle(frame, "ACK")
         self._maybe_receipt(frame)
 
     async def _on_nack(self, frame: Frame) -> None:
-        if self._in_transaction(frame):
-            return
-        self._settle(frame, "NACK")
+        if not self._in_transaction(frame):
+            self._settle(frame, "NACK")
         self._maybe_receipt(frame)
 
     def _settle(self, frame: Frame, command: str) -> None:
@@ -469,7 +468,11 @@ class Session:
     # -- transactions -------------------------------------------------------------
 
     def _in_transaction(self, frame: Frame) -> bool:
-        """Hold a transactional SEND/ACK/NACK until COMMIT (what the plugin does)."""
+        """Hold a transactional SEND/ACK/NACK until COMMIT (what the plugin does).
+
+        As in the plugin, a held ACK/NACK is receipted at once; a held SEND is
+        receipted when, after COMMIT, RabbitMQ has confirmed it.
+        """
         tx = frame.headers.get("transaction")
         if tx is None:
             return False
@@ -485,14 +488,16 @@ class Session:
     def _transaction(self, tx: str) -> list[Frame]:
         actions = self.transactions.get(tx)
         if actions is None:
-            raise ProtocolError("Bad transaction", f"Invalid transaction identifier: {tx!r}\n")
+            raise ProtocolError("Bad transaction", f'Invalid transaction identifier: "{tx}"\n')
         return actions
 
     @staticmethod
     def _transaction_id(frame: Frame, command: str) -> str:
         tx = frame.headers.get("transaction")
         if tx is None:
-            raise ProtocolError("Missing transaction", f"{command} must include a 'transaction' header\n")
+            raise ProtocolError(
+                "Missing transaction", f"\"{command}\" must include a 'transaction' header\n"
+            )
         return tx
 
     async def _on_begin(self, frame: Frame) -> None:
@@ -514,6 +519,7 @@ class Session:
         for action in actions:
             if action.command == "SEND":
                 await self._send(action)
+                self._maybe_receipt(action)
             else:
                 self._settle(action, action.command)
         self._maybe_receipt(frame)
@@ -577,7 +583,7 @@ class Session:
         value = frame.headers.get("destination")
         if value is None:
             raise ProtocolError(
-                "Missing destination", f"{frame.command} must include a 'destination' header\n"
+                "Missing destination", f"\"{frame.command}\" must include a 'destination' header\n"
             )
         return dest.parse_destination(value)
 

@@ -66,3 +66,24 @@ def queues(rabbit):
     yield names
     for name in names:
         rabbit.delete_queue(name)
+
+
+@pytest.fixture
+def after_error(stomp_target):
+    """What follows an ERROR for bad input: the one deliberate difference from native.
+
+    The native plugin keeps the connection open after most ERRORs (unknown
+    command, invalid destination …); the bridge closes it, as STOMP 1.2 says a
+    server MUST and as the project's contract asks (README, "Deliberate
+    differences"). ``check(conn, still_usable)`` runs ``still_usable()`` on
+    native and asserts the bridge closes right after the ERROR.
+    """
+
+    def check(conn: RawStomp, still_usable=None) -> None:
+        if stomp_target.native:
+            if still_usable is not None:
+                still_usable()
+        else:
+            assert conn.read_until_closed() == [], "the bridge sent frames after ERROR"
+
+    return check

@@ -186,7 +186,9 @@ class RawStomp:
             consumed = nul + 1
         raw = self.buf[:consumed]
         self.buf = self.buf[consumed:]
-        self._after_frame = True
+        # The native plugin writes "\0\n": an EOL in the same read as the frame
+        # is that trailer; one arriving later is a heart-beat.
+        self._after_frame = self.buf[:1] == b"\n"
         return Frame(command, headers, body, raw)
 
     def read_frame(self, timeout: float | None = None) -> Frame:

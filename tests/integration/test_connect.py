@@ -37,7 +37,8 @@ def test_stomp_command_is_accepted_like_connect(raw):
 
 def test_connected_headers_name_server_session_and_heart_beat(raw):
     connected = raw().connect(version="1.2")
-    assert re.fullmatch(r"RabbitMQ/\d+\.\d+\.\d+", connected["server"]), connected.headers
+    # The bridge adds a comment naming itself (STOMP 1.2: server = name/version *comment).
+    assert re.fullmatch(r"RabbitMQ/\d+\.\d+\.\d+( \(stomp-bridge/[^)]+\))?", connected["server"]), connected.headers
     assert connected["session"].startswith("session-")
     assert connected["heart-beat"] == "0,0"  # no heart-beat header offered
 

@@ -69,15 +69,16 @@ def test_ack_in_transaction_takes_effect_at_commit(connected, rabbit, queues, un
     assert [m["payload"] for m in rabbit.get(name, count=10)] == ["b"]
 
 
-def test_unknown_transaction_is_an_error(connected, rabbit, queues, unique):
+def test_unknown_transaction_is_an_error(connected, after_error, rabbit, queues, unique):
     name = f"txbad-{unique}"
     queues.append(name)
-    conn = connected()
     for command, headers in [("COMMIT", {}), ("ABORT", {}), ("SEND", {"destination": f"/queue/{name}"})]:
+        conn = connected()
         conn.send_frame(command, {"transaction": "nope", **headers}, "x" if command == "SEND" else "")
         error = conn.expect("ERROR")
         assert error["message"] == "Bad transaction"
         assert error.text == 'Invalid transaction identifier: "nope"\n'
+        after_error(conn)
     assert rabbit.queue(name) is None or rabbit.get(name) == []
 
 
