@@ -104,7 +104,8 @@ async def scenario_send(port: int, messages: int, persistent: bool) -> float:
     queue = f"bench-{uuid.uuid4().hex[:8]}"
     dest = f"/queue/{queue}"
     setup = await Client.connect(port)
-    setup.send(Frame("SEND", {"destination": dest, "receipt": "x", "x-max-length": "1000"}, b""))
+    setup.send(Frame("SUBSCRIBE", {"destination": dest, "id": "declare", "receipt": "x"}))
+    setup.send(Frame("UNSUBSCRIBE", {"id": "declare"}))
     await setup.next()
     per = messages // conns
     start = time.perf_counter()
