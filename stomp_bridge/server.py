@@ -37,9 +37,26 @@ class Connection:
         self.peer = peer[0] if isinstance(peer, tuple) else None
         self.last_read = self.last_write = self.loop.time()
         self._timers: list[asyncio.TimerHandle] = []
+        self._out: list[bytes] = []
         self.session = Session(settings, self._write, self._close, peer=self.peer)
 
     def _write(self, data: bytes) -> None:
+        """Coalesce frames written in one loop iteration into one socket write.
+
+        Deliveries and receipts arrive one at a time from the AMQP side; a
+        syscall each would dominate the delivery path.
+        """
+        out = self._out
+        if not out:
+            self.loop.call_soon(self._flush_out)
+        out.append(data)
+
+    def _flush_out(self) -> None:
+        out = self._out
+        if not out:
+            return
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
         if not self.transport.is_closing():
             self.transport.write(data)
             self.last_write = self.loop.time()
@@ -48,6 +65,7 @@ class Connection:
         for timer in self._timers:
             timer.cancel()
         self._timers.clear()
+        self._flush_out()
         if not self.transport.is_closing():
             self.transport.close()
 
