@@ -29,10 +29,10 @@ import pamqp.encode
 import pamqp.frame
 from aiormq.abc import ChannelFrame
 from pamqp import commands as spec
-from pamqp.body import ContentBody
 from pamqp.header import ContentHeader
 
-from .protocol.errors import AccessRefused, BrokerError, StompError
+from .amqp_codec import encode_publish
+from .protocol.errors import AccessRefused, BrokerError, ProtocolError, StompError
 
 log = logging.getLogger(__name__)
 
@@ -107,13 +107,6 @@ def version_tuple(text: str) -> tuple[int, ...]:
 _PROPERTY_FIELDS = frozenset(spec.Basic.Properties.__slots__)
 
 
-def make_properties(props: dict[str, Any]) -> spec.Basic.Properties:
-    ts = props.get("timestamp")
-    if isinstance(ts, int):
-        props = dict(props, timestamp=datetime.fromtimestamp(ts, tz=timezone.utc))
-    return spec.Basic.Properties(**props)
-
-
 def properties_dict(props: spec.Basic.Properties) -> dict[str, Any]:
     """Only the properties that are set, timestamps as epoch seconds."""
     out = {}
@@ -141,7 +134,7 @@ class AmqpSession:
         self.publish_seq = 0  # the broker numbers confirms from 1 on this channel
         self._batch: list[bytes] = []
         self._channel_number = channel.number
-        self._max_body = connection.connection_tune.frame_max - 8
+        self._frame_max = connection.connection_tune.frame_max or 131072
         self.on_delivery: DeliveryCallback | None = None
         self.on_confirm: Callable[[int, bool, bool], None] | None = None
         self.on_closed: Callable[[StompError], None] | None = None
@@ -202,22 +195,14 @@ class AmqpSession:
 
     # -- the lean per-message paths -------------------------------------------------
 
-    def publish(
-        self, exchange: str, routing_key: str, properties: spec.Basic.Properties, body: bytes
-    ) -> int:
-        """Queue a publish in the current batch; returns its confirm sequence number."""
-        number = self._channel_number
-        batch = self._batch
-        batch.append(
-            pamqp.frame.marshal(
-                spec.Basic.Publish(exchange=exchange, routing_key=routing_key), number
-            )
+    def publish(self, exchange: str, routing_key: str, properties: dict[str, Any], body: bytes) -> int:
+        """Queue a publish in the current batch; returns its confirm sequence number.
+
+        ``properties`` are pamqp-named basic properties (see ``amqp_codec``).
+        """
+        self._batch.append(
+            encode_publish(self._channel_number, exchange, routing_key, properties, body, self._frame_max)
         )
-        batch.append(pamqp.frame.marshal(ContentHeader(0, len(body), properties), number))
-        if body:
-            step = self._max_body
-            for start in range(0, len(body), step):
-                batch.append(pamqp.frame.marshal(ContentBody(body[start : start + step]), number))
         self.publish_seq += 1
         return self.publish_seq
 
@@ -290,6 +275,8 @@ class AmqpSession:
             raise
         except (amqp_exc.AMQPError, amqp_exc.ChannelInvalidStateError, ConnectionError) as exc:
             raise broker_error(exc) from exc
+        except ValueError as exc:  # pamqp refuses a name or value it cannot encode
+            raise ProtocolError("Invalid header", f"RabbitMQ cannot be sent this value: {exc}") from exc
 
     async def declare_queue(
         self,

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from . import __version__
-from .amqp import AmqpSession, broker_error, make_properties, properties_dict
+from .amqp import AmqpSession, broker_error, properties_dict
 from .protocol import destinations as dest
 from .protocol import headers as hdr
 from .protocol.errors import AccessRefused, BrokerError, ProtocolError, StompError
@@ -122,7 +122,7 @@ class Session:
         self.reply_queues: dict[str, str] = {}  # /temp-queue/<id> -> queue name
         self.transactions: dict[str, list[Frame]] = {}
         self._unconfirmed: dict[int, None] = {}  # ordered set of publish sequence numbers
-        self._receipts: deque[tuple[int, bytes]] = deque()
+        self._receipts: deque[tuple[int, str, bytes]] = deque()  # (last publish it covers, id, frame)
         self._drained: asyncio.Future[None] | None = None
         self._connected = asyncio.Event()
 
@@ -296,7 +296,10 @@ class Session:
             if temp_id is not None:
                 reply_to = await self._reply_queue(temp_id)
         props = hdr.properties_from_send(headers, reply_to)
-        seq = amqp.publish(target.exchange, target.routing_key, make_properties(props), frame.body)
+        try:
+            seq = amqp.publish(target.exchange, target.routing_key, props, frame.body)
+        except ValueError as exc:  # a value AMQP cannot carry, e.g. a 300-byte routing key
+            raise ProtocolError("Invalid header", f"{exc}\n") from None
         self._unconfirmed[seq] = None
 
     async def _declare(self, plan: dest.QueueDeclare) -> str:
@@ -543,16 +546,19 @@ class Session:
             self._write(data)
         else:
             seq = self.amqp.publish_seq if self.amqp is not None else 0
-            self._receipts.append((seq, data))
+            self._receipts.append((seq, receipt, data))
 
     def _on_confirm(self, tag: int, multiple: bool, nack: bool) -> None:
         if nack:
+            # The first held receipt that covers the refused publish names it.
+            receipt_id = next((rid for seq, rid, _ in self._receipts if seq >= tag), None)
             self.fail(
                 BrokerError(
                     "Message rejected",
                     "RabbitMQ refused (nacked) a published message; no RECEIPT will be sent "
                     "for it or anything after it. Reconnect and resend unreceipted messages.",
                     private=f"nack delivery_tag={tag} multiple={multiple}",
+                    receipt_id=receipt_id,
                 )
             )
             return
@@ -568,7 +574,7 @@ class Session:
         lowest = next(iter(unconfirmed)) if unconfirmed else None
         receipts = self._receipts
         while receipts and (lowest is None or receipts[0][0] < lowest):
-            self._write(receipts.popleft()[1])
+            self._write(receipts.popleft()[2])
         if not receipts and self._drained is not None and not self._drained.done():
             self._drained.set_result(None)
 

@@ -1,0 +1,117 @@
+"""A lean AMQP 0-9-1 encoder for the publish path (pure: bytes only, no I/O).
+
+pamqp builds an object per frame and dispatches per field; for the three
+frames of one publish that costs ~25 µs. Here a publish is a few
+``struct.pack`` calls (~4 µs). The output is byte-for-byte what pamqp
+produces (unit tests compare them), except that every integer in a field
+table is a signed 64-bit long, as the STOMP plugin sends them.
+"""
+
+from __future__ import annotations
+
+import struct
+from datetime import datetime
+from typing import Any
+
+import pamqp.encode
+
+FRAME_END = b"\xce"
+_METHOD_HEADER = struct.Struct(">BHI")  # type, channel, size
+_PUBLISH_PREFIX = struct.pack(">HHH", 60, 40, 0)  # class basic, method publish, reserved ticket
+_CONTENT_PREFIX = struct.Struct(">HHQH")  # class, weight, body size, property flags
+_LONG = struct.Struct(">q")
+_U32 = struct.Struct(">I")
+_U64 = struct.Struct(">Q")
+
+# (pamqp field name, flag bit, kind) in AMQP order: basic class properties.
+_PROPERTIES = (
+    ("content_type", 1 << 15, "s"),
+    ("content_encoding", 1 << 14, "s"),
+    ("headers", 1 << 13, "t"),
+    ("delivery_mode", 1 << 12, "o"),
+    ("priority", 1 << 11, "o"),
+    ("correlation_id", 1 << 10, "s"),
+    ("reply_to", 1 << 9, "s"),
+    ("expiration", 1 << 8, "s"),
+    ("message_id", 1 << 7, "s"),
+    ("timestamp", 1 << 6, "T"),
+    ("message_type", 1 << 5, "s"),
+    ("user_id", 1 << 4, "s"),
+    ("app_id", 1 << 3, "s"),
+    ("cluster_id", 1 << 2, "s"),
+)
+
+
+def shortstr(text: str, what: str = "value") -> bytes:
+    data = text.encode("utf-8")
+    if len(data) > 255:
+        raise ValueError(f"{what} is {len(data)} bytes long; AMQP short strings hold at most 255")
+    return bytes((len(data),)) + data
+
+
+def field_table(table: dict[str, Any]) -> bytes:
+    """Strings as longstr ('S') and integers as long ('l'); anything else via pamqp.
+
+    Keys are sorted, as pamqp does, so the broker sees the same table either way.
+    """
+    parts = []
+    for key, value in sorted(table.items()):
+        kind = type(value)
+        if kind is str:
+            data = value.encode("utf-8")
+            parts.append(shortstr(key, "a header name") + b"S" + _U32.pack(len(data)) + data)
+        elif kind is int:
+            parts.append(shortstr(key, "a header name") + b"l" + _LONG.pack(value))
+        else:
+            parts.append(shortstr(key, "a header name") + pamqp.encode.encode_table_value(value))
+    payload = b"".join(parts)
+    return _U32.pack(len(payload)) + payload
+
+
+def encode_properties(props: dict[str, Any]) -> tuple[int, bytes]:
+    flags = 0
+    parts = []
+    for name, bit, kind in _PROPERTIES:
+        value = props.get(name)
+        if value is None:
+            continue
+        flags |= bit
+        if kind == "s":
+            parts.append(shortstr(value, name.replace("_", "-")))
+        elif kind == "t":
+            parts.append(field_table(value))
+        elif kind == "o":
+            parts.append(bytes((value,)))
+        else:  # timestamp: seconds since the epoch, unsigned 64-bit
+            if isinstance(value, datetime):
+                value = int(value.timestamp())
+            parts.append(_U64.pack(value))
+    return flags, b"".join(parts)
+
+
+def encode_publish(
+    channel: int,
+    exchange: str,
+    routing_key: str,
+    props: dict[str, Any],
+    body: bytes,
+    frame_max: int,
+) -> bytes:
+    """basic.publish + content header + body frames, ready for the socket."""
+    method = _PUBLISH_PREFIX + shortstr(exchange, "exchange") + shortstr(routing_key, "routing key") + b"\x00"
+    flags, properties = encode_properties(props)
+    header = _CONTENT_PREFIX.pack(60, 0, len(body), flags) + properties
+    out = [
+        _METHOD_HEADER.pack(1, channel, len(method)), method, FRAME_END,
+        _METHOD_HEADER.pack(2, channel, len(header)), header, FRAME_END,
+    ]
+    if body:
+        step = frame_max - 8
+        if len(body) <= step:
+            out += (_METHOD_HEADER.pack(3, channel, len(body)), body, FRAME_END)
+        else:
+            view = memoryview(body)
+            for start in range(0, len(body), step):
+                chunk = view[start : start + step]
+                out += (_METHOD_HEADER.pack(3, channel, len(chunk)), chunk, FRAME_END)
+    return b"".join(out)

@@ -1,0 +1,88 @@
+"""The lean publish encoder produces exactly what pamqp produces (with long table integers)."""
+
+from datetime import datetime, timezone
+
+import pamqp.frame
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pamqp import commands as spec
+from pamqp.body import ContentBody
+from pamqp.header import ContentHeader
+
+import stomp_bridge.amqp  # noqa: F401 - installs the long-integer table encoding in pamqp
+from stomp_bridge.amqp_codec import encode_publish
+
+FRAME_MAX = 4096
+
+
+def reference(channel, exchange, routing_key, props, body, frame_max=FRAME_MAX):
+    props = dict(props)
+    if isinstance(props.get("timestamp"), int):
+        props["timestamp"] = datetime.fromtimestamp(props["timestamp"], tz=timezone.utc)
+    out = [
+        pamqp.frame.marshal(spec.Basic.Publish(exchange=exchange, routing_key=routing_key), channel),
+        pamqp.frame.marshal(ContentHeader(0, len(body), spec.Basic.Properties(**props)), channel),
+    ]
+    step = frame_max - 8
+    for start in range(0, len(body), step):
+        out.append(pamqp.frame.marshal(ContentBody(body[start : start + step]), channel))
+    return b"".join(out)
+
+
+CASES = [
+    ("", "q", {}, b""),
+    ("amq.topic", "a.b.c", {"delivery_mode": 2, "headers": {}}, b"hello"),
+    (
+        "x",
+        "rk",
+        {
+            "content_type": "text/plain",
+            "content_encoding": "gzip",
+            "headers": {"receipt": "7", "n": 10, "big": 1 << 40, "neg": -3},
+            "delivery_mode": 2,
+            "priority": 5,
+            "correlation_id": "c-1",
+            "reply_to": "amq.gen-xyz",
+            "expiration": "60000",
+            "message_id": "m-1",
+            "timestamp": 1700000000,
+            "message_type": "order",
+            "user_id": "guest",
+            "app_id": "shop",
+        },
+        b"\x00\x01" * 5000,  # several body frames
+    ),
+    ("", "ünïcode", {"headers": {"clé": "välue"}}, b"x" * (FRAME_MAX - 8)),
+]
+
+
+@pytest.mark.parametrize(("exchange", "routing_key", "props", "body"), CASES, ids=["bare", "persistent", "all-properties", "unicode"])
+def test_publish_frames_match_pamqp(exchange, routing_key, props, body):
+    assert encode_publish(3, exchange, routing_key, props, body, FRAME_MAX) == reference(
+        3, exchange, routing_key, props, body
+    )
+
+
+text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=20)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    routing_key=text,
+    headers=st.dictionaries(text.filter(bool), st.one_of(text, st.integers(-(1 << 63), (1 << 63) - 1))),
+    body=st.binary(max_size=3 * FRAME_MAX),
+    persistent=st.booleans(),
+)
+def test_any_publish_matches_pamqp(routing_key, headers, body, persistent):
+    props = {"headers": headers}
+    if persistent:
+        props["delivery_mode"] = 2
+    assert encode_publish(1, "ex", routing_key, props, body, FRAME_MAX) == reference(
+        1, "ex", routing_key, props, body
+    )
+
+
+def test_short_string_over_255_bytes_is_refused():
+    with pytest.raises(ValueError, match="routing key"):
+        encode_publish(1, "", "k" * 256, {}, b"", FRAME_MAX)
