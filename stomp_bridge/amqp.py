@@ -31,7 +31,7 @@ from aiormq.abc import ChannelFrame
 from pamqp import commands as spec
 from pamqp.header import ContentHeader
 
-from .amqp_codec import encode_publish
+from .amqp_codec import encode_ack, encode_nack, encode_publish
 from .protocol.errors import AccessRefused, BrokerError, ProtocolError, StompError
 
 log = logging.getLogger(__name__)
@@ -207,19 +207,10 @@ class AmqpSession:
         return self.publish_seq
 
     def ack(self, delivery_tag: int, multiple: bool = False) -> None:
-        self._batch.append(
-            pamqp.frame.marshal(
-                spec.Basic.Ack(delivery_tag=delivery_tag, multiple=multiple), self._channel_number
-            )
-        )
+        self._batch.append(encode_ack(self._channel_number, delivery_tag, multiple))
 
     def nack(self, delivery_tag: int, multiple: bool = False, requeue: bool = True) -> None:
-        self._batch.append(
-            pamqp.frame.marshal(
-                spec.Basic.Nack(delivery_tag=delivery_tag, multiple=multiple, requeue=requeue),
-                self._channel_number,
-            )
-        )
+        self._batch.append(encode_nack(self._channel_number, delivery_tag, multiple, requeue))
 
     async def flush(self) -> None:
         """Hand the batch to aiormq's writer; waits only when its queue is full.

@@ -115,3 +115,17 @@ def encode_publish(
                 chunk = view[start : start + step]
                 out += (_METHOD_HEADER.pack(3, channel, len(chunk)), chunk, FRAME_END)
     return b"".join(out)
+
+
+_ACK = struct.Struct(">BHIHHQB")  # frame type, channel, size, class, method, delivery tag, bits
+
+
+def encode_ack(channel: int, delivery_tag: int, multiple: bool) -> bytes:
+    """basic.ack (60, 80)."""
+    return _ACK.pack(1, channel, 13, 60, 80, delivery_tag, 1 if multiple else 0) + FRAME_END
+
+
+def encode_nack(channel: int, delivery_tag: int, multiple: bool, requeue: bool) -> bytes:
+    """basic.nack (60, 120): bit 0 multiple, bit 1 requeue."""
+    bits = (1 if multiple else 0) | (2 if requeue else 0)
+    return _ACK.pack(1, channel, 13, 60, 120, delivery_tag, bits) + FRAME_END

@@ -11,7 +11,7 @@ from pamqp.body import ContentBody
 from pamqp.header import ContentHeader
 
 import stomp_bridge.amqp  # noqa: F401 - installs the long-integer table encoding in pamqp
-from stomp_bridge.amqp_codec import encode_publish
+from stomp_bridge.amqp_codec import encode_ack, encode_nack, encode_publish
 
 FRAME_MAX = 4096
 
@@ -86,3 +86,15 @@ def test_any_publish_matches_pamqp(routing_key, headers, body, persistent):
 def test_short_string_over_255_bytes_is_refused():
     with pytest.raises(ValueError, match="routing key"):
         encode_publish(1, "", "k" * 256, {}, b"", FRAME_MAX)
+
+
+@pytest.mark.parametrize("tag", [1, 2**32 + 7])
+@pytest.mark.parametrize("multiple", [False, True])
+@pytest.mark.parametrize("requeue", [False, True])
+def test_ack_and_nack_frames_match_pamqp(tag, multiple, requeue):
+    assert encode_ack(2, tag, multiple) == pamqp.frame.marshal(
+        spec.Basic.Ack(delivery_tag=tag, multiple=multiple), 2
+    )
+    assert encode_nack(2, tag, multiple, requeue) == pamqp.frame.marshal(
+        spec.Basic.Nack(delivery_tag=tag, multiple=multiple, requeue=requeue), 2
+    )
