@@ -1,0 +1,427 @@
+"""Bridge-only behaviour: settings, limits, shutdown and the ``stomp-bridge`` command.
+
+These tests start their own bridges (``BridgeThread`` with the settings each
+test needs, or the CLI as a subprocess), so they never run against the native
+plugin. Every read has a deadline; nothing sleeps to synchronise.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.bridge_runner import BridgeThread
+from tests.integration.rawstomp import RawStomp, build_frame
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("STOMP_BRIDGE_TEST_TARGET") == "native", reason="bridge settings"
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+FRAME_TOO_LARGE_MESSAGES = {"Frame too large", "Header too long", "Too many headers"}
+CLI_START_TIMEOUT = 20.0
+CLI_EXIT_TIMEOUT = 15.0
+
+
+# -- fixtures and helpers -------------------------------------------------------------
+
+
+@pytest.fixture
+def bridge(broker):
+    """Factory: ``bridge(**settings)`` starts a BridgeThread; all are stopped at teardown.
+
+    ``host=`` is applied after construction because BridgeThread fixes
+    ``host="127.0.0.1"`` itself.
+    """
+    started: list[BridgeThread] = []
+
+    def make(host: str | None = None, **settings: object) -> BridgeThread:
+        thread = BridgeThread(broker.amqp_url, **settings)
+        if host is not None:
+            thread.settings = thread.settings.model_copy(update={"host": host})
+        thread.start()
+        started.append(thread)
+        return thread
+
+    yield make
+    for thread in started:
+        thread.stop()
+
+
+@pytest.fixture
+def dial():
+    """Factory: ``dial(bridge_or_port, host=..., timeout=...)`` opens a RawStomp; closed at teardown."""
+    opened: list[RawStomp] = []
+
+    def make(target: BridgeThread | int, host: str = "127.0.0.1", timeout: float = 5.0) -> RawStomp:
+        port = target if isinstance(target, int) else target.port
+        conn = RawStomp((host, port), timeout=timeout)
+        opened.append(conn)
+        return conn
+
+    yield make
+    for conn in opened:
+        conn.close()
+
+
+@pytest.fixture
+def user(rabbit, unique):
+    """A RabbitMQ user (not in loopback_users) with full permissions on ``/``."""
+    name, password = f"stomp-settings-{unique}", "pw"
+    rabbit.create_user(name, password)
+    rabbit.set_permissions(name)
+    yield name, password
+    rabbit.delete_user(name)
+
+
+def non_loopback_ipv4() -> str | None:
+    """A local IPv4 address that is not loopback, or None if the machine has none."""
+    try:
+        address = socket.gethostbyname(socket.gethostname())
+        if not address.startswith("127."):
+            return address
+    except OSError:
+        pass
+    try:
+        out = subprocess.run(
+            ["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True, timeout=5, check=False
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    for match in re.finditer(r"\binet (\d+\.\d+\.\d+\.\d+)/", out):
+        if not match.group(1).startswith("127."):
+            return match.group(1)
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def parse_version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
+
+
+class CliProcess:
+    """``python -m stomp_bridge`` as a subprocess; a thread collects its stderr lines."""
+
+    def __init__(self, args: list[str], env_overrides: dict[str, str] | None = None) -> None:
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith("STOMP_BRIDGE_") or k.startswith("STOMP_BRIDGE_TEST_")}
+        env.update(env_overrides or {})
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "stomp_bridge", *args],
+            cwd=REPO_ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.seen: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)
+
+    def wait_line(self, needle: str, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AssertionError(f"no stderr line with {needle!r} within {timeout} s: {self.seen}")
+            try:
+                line = self.lines.get(timeout=remaining)
+            except queue.Empty:
+                continue
+            if line is None:
+                raise AssertionError(
+                    f"stomp-bridge exited ({self.proc.poll()}) before logging {needle!r}: {self.seen}"
+                )
+            self.seen.append(line)
+            if needle in line:
+                return line
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self._reader.join(5)
+
+
+@pytest.fixture
+def cli():
+    """Factory for CLI subprocesses; any still running at teardown is killed."""
+    started: list[CliProcess] = []
+
+    def make(*args: str, env: dict[str, str] | None = None) -> CliProcess:
+        process = CliProcess(list(args), env)
+        started.append(process)
+        return process
+
+    yield make
+    for process in started:
+        process.stop()
+
+
+# -- default user ---------------------------------------------------------------------
+
+
+def test_connect_without_login_uses_default_user(bridge, dial):
+    conn = dial(bridge())
+    # guest is in loopback_users by default, and this client is on 127.0.0.1.
+    conn.send_frame("CONNECT", {"accept-version": "1.2", "host": "/"})
+    connected = conn.expect("CONNECTED")
+    assert connected["version"] == "1.2"
+
+
+def test_connect_without_login_and_no_default_user_is_refused(bridge, dial):
+    conn = dial(bridge(default_user=None))
+    conn.send_frame("CONNECT", {"accept-version": "1.2", "host": "/"})
+    error = conn.error_then_close()
+    assert error["message"] == "Bad CONNECT"
+    assert error.text == "No login header and no default_user configured on the bridge"
+
+
+# -- loopback_users -------------------------------------------------------------------
+
+
+def test_loopback_user_may_connect_from_loopback(bridge, dial):
+    conn = dial(bridge(loopback_users=["guest"]))
+    assert conn.connect(login="guest", passcode="guest")["version"] == "1.2"
+
+
+def test_loopback_user_from_non_loopback_address_is_refused(bridge, dial):
+    address = non_loopback_ipv4()
+    if address is None:
+        pytest.skip("this machine has no non-loopback IPv4 address to connect from")
+    conn = dial(bridge(host="0.0.0.0", loopback_users=["guest"]), host=address)
+    conn.send_frame("CONNECT", {"accept-version": "1.2", "host": "/", "login": "guest",
+                                "passcode": "guest"})
+    error = conn.error_then_close()
+    assert error["message"] == "Bad CONNECT"
+    assert error.text == "non-loopback access denied"
+
+
+def test_user_not_in_loopback_users_connects_from_non_loopback_address(bridge, dial, user):
+    address = non_loopback_ipv4()
+    if address is None:
+        pytest.skip("this machine has no non-loopback IPv4 address to connect from")
+    name, password = user
+    conn = dial(bridge(host="0.0.0.0", loopback_users=["guest"]), host=address)
+    assert conn.connect(login=name, passcode=password)["version"] == "1.2"
+
+
+# -- implicit_connect -----------------------------------------------------------------
+
+
+def test_implicit_connect_logs_in_on_first_send_without_connected(bridge, dial, rabbit, queues, unique):
+    name = f"implicit-{unique}"
+    queues.append(name)
+    conn = dial(bridge(implicit_connect=True))
+    conn.send_frame("SEND", {"destination": f"/queue/{name}", "receipt": "r-1"}, "hello")
+    first = conn.read_frame()
+    assert first.command == "RECEIPT", f"expected RECEIPT (no CONNECTED), got {first.command} {first.headers}"
+    assert first["receipt-id"] == "r-1"
+    messages = rabbit.get(name)
+    assert [m["payload"] for m in messages] == ["hello"]
+
+
+def test_send_before_connect_is_illegal_without_implicit_connect(bridge, dial):
+    conn = dial(bridge())
+    conn.send_frame("SEND", {"destination": "/queue/never-declared", "receipt": "r-1"}, "hello")
+    error = conn.error_then_close()
+    assert error["message"] == "Illegal command"
+    assert error.text == "You must log in using CONNECT first"
+
+
+# -- frame size limits ----------------------------------------------------------------
+
+
+def test_connect_with_header_over_pre_login_limit_is_refused(bridge, dial):
+    conn = dial(bridge())
+    conn.send_frame("CONNECT", {"accept-version": "1.2", "login": "guest", "passcode": "guest",
+                                "x-big": "a" * 70_000})
+    error = conn.error_then_close()
+    assert error["message"] in FRAME_TOO_LARGE_MESSAGES, error.headers
+
+
+def test_connect_frame_over_pre_login_limit_is_refused_as_frame_too_large(bridge, dial):
+    # Each header is under max_header_length; together they pass 64 KiB.
+    conn = dial(bridge())
+    conn.send_frame("CONNECT", {"accept-version": "1.2", "login": "guest", "passcode": "guest",
+                                "x-big-1": "a" * 40_000, "x-big-2": "b" * 40_000})
+    error = conn.error_then_close()
+    assert error["message"] == "Frame too large", error.headers
+    assert str(64 * 1024) in error.text
+
+
+def test_after_login_frame_limit_is_max_frame_size(bridge, dial, rabbit, queues, unique):
+    name = f"big-{unique}"
+    queues.append(name)
+    conn = dial(bridge())
+    conn.connect()
+    body = b"x" * (100 * 1024)
+    conn.receipt("SEND", {"destination": f"/queue/{name}"}, body)
+    messages = rabbit.get(name)
+    assert len(messages) == 1 and len(messages[0]["payload"]) == len(body)
+
+
+def test_frame_over_max_frame_size_closes_only_that_connection(bridge, dial, queues, unique):
+    name = f"limit-{unique}"
+    queues.append(name)
+    server = bridge(max_frame_size=16 * 1024)
+    big, other = dial(server), dial(server)
+    big.connect()
+    other.connect()
+    big.send_frame("SEND", {"destination": f"/queue/{name}", "receipt": "r-big"}, b"x" * (20 * 1024))
+    error = big.error_then_close()
+    assert error["message"] == "Frame too large", error.headers
+    other.receipt("SEND", {"destination": f"/queue/{name}"}, "small")
+
+
+# -- connect_timeout ------------------------------------------------------------------
+
+
+def test_client_silent_past_connect_timeout_gets_error_and_close(bridge, dial):
+    conn = dial(bridge(connect_timeout=1.0))
+    started = time.monotonic()
+    error = conn.error_then_close(timeout=5.0)
+    assert error["message"] == "Connect timeout"
+    assert time.monotonic() - started < 5.0
+
+
+# -- publisher confirms ---------------------------------------------------------------
+
+
+def test_nacked_publish_becomes_error_without_receipt(bridge, dial, rabbit, queues, unique):
+    name = f"reject-{unique}"
+    rabbit.declare_queue(name, arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
+    queues.append(name)
+    conn = dial(bridge())
+    conn.connect()
+    headers = {"destination": f"/amq/queue/{name}", "persistent": "true"}
+    conn.receipt("SEND", headers, "first", receipt_id="r-1")
+    conn.send_frame("SEND", {**headers, "receipt": "r-2"}, "second")
+    frames = conn.read_until_closed()
+    assert [f.command for f in frames] == ["ERROR"], [(f.command, f.headers) for f in frames]
+    assert frames[0]["message"] == "Message rejected"
+    assert [m["payload"] for m in rabbit.get(name, count=10)] == ["first"]
+
+
+def test_nacked_publish_error_carries_receipt_id_of_rejected_send(bridge, dial, rabbit, queues, unique):
+    # README: "ERROR frames carry receipt-id when the failing frame had a receipt". At commit
+    # 1086e4e Session._on_confirm dropped it for a nacked SEND; fixed in 09a126e.
+    name = f"reject-rid-{unique}"
+    rabbit.declare_queue(name, arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
+    queues.append(name)
+    conn = dial(bridge())
+    conn.connect()
+    headers = {"destination": f"/amq/queue/{name}", "persistent": "true"}
+    conn.receipt("SEND", headers, "first", receipt_id="r-1")
+    conn.send_frame("SEND", {**headers, "receipt": "r-2"}, "second")
+    error = conn.error_then_close()
+    assert error["message"] == "Message rejected"
+    assert error.get("receipt-id") == "r-2", error.headers
+
+
+# -- stream filtering on an old broker ------------------------------------------------
+
+
+def test_stream_filter_on_broker_before_3_13_is_an_error(bridge, dial, rabbit, queues, unique):
+    version = rabbit.overview()["rabbitmq_version"]
+    if parse_version(version) >= (3, 13):
+        pytest.skip(f"broker {version} supports stream filtering; this checks the pre-3.13 refusal")
+    name = f"stream-{unique}"
+    rabbit.declare_queue(name, arguments={"x-queue-type": "stream"})
+    queues.append(name)
+    conn = dial(bridge())
+    conn.connect()
+    conn.send_frame("SUBSCRIBE", {"destination": f"/amq/queue/{name}", "id": "s-1", "ack": "client",
+                                  "prefetch-count": "10", "x-stream-filter": "a", "receipt": "r-1"})
+    error = conn.error_then_close()
+    assert error["message"] == "Stream filtering unsupported"
+    assert version in error.text
+
+
+# -- the stomp-bridge command ---------------------------------------------------------
+
+
+def test_cli_listens_serves_and_shuts_down_on_sigterm(cli, dial, broker):
+    port = free_port()
+    process = cli("--port", str(port), "--amqp-url", broker.amqp_url)
+    line = process.wait_line("stomp-bridge listening", CLI_START_TIMEOUT)
+    assert f"port={port}" in line, line
+    conn = dial(port)
+    conn.connect()
+    process.proc.send_signal(signal.SIGTERM)
+    assert process.proc.wait(CLI_EXIT_TIMEOUT) == 0
+    error = conn.error_then_close()
+    assert error["message"] == "Server shutdown"
+
+
+def test_cli_rejects_invalid_port(broker):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("STOMP_BRIDGE_") or k.startswith("STOMP_BRIDGE_TEST_")}
+    result = subprocess.run(
+        [sys.executable, "-m", "stomp_bridge", "--port", "99999", "--amqp-url", broker.amqp_url],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=30,
+    )
+    assert result.returncode != 0
+    assert "invalid setting port" in result.stderr, result.stderr
+
+
+def test_cli_honours_port_from_environment(cli, dial, broker):
+    port = free_port()
+    process = cli("--amqp-url", broker.amqp_url, env={"STOMP_BRIDGE_PORT": str(port)})
+    line = process.wait_line("stomp-bridge listening", CLI_START_TIMEOUT)
+    assert f"port={port}" in line, line
+    dial(port).connect()
+    process.proc.send_signal(signal.SIGTERM)
+    assert process.proc.wait(CLI_EXIT_TIMEOUT) == 0
+
+
+# -- shutdown and DISCONNECT ----------------------------------------------------------
+
+
+def test_bridge_stop_sends_server_shutdown_error_then_closes(bridge, dial):
+    server = bridge()
+    conn = dial(server)
+    conn.connect()
+    server.stop()
+    error = conn.error_then_close()
+    assert error["message"] == "Server shutdown"
+
+
+def test_disconnect_receipt_follows_confirm_of_every_earlier_send(bridge, dial, rabbit, queues, unique):
+    name = f"drain-{unique}"
+    queues.append(name)
+    conn = dial(bridge())
+    conn.connect()
+    count = 200
+    data = b"".join(
+        build_frame("SEND", {"destination": f"/queue/{name}", "persistent": "true"}, f"m{i}")
+        for i in range(count)
+    )
+    conn.send_raw(data + build_frame("DISCONNECT", {"receipt": "bye"}))
+    receipt = conn.expect("RECEIPT", timeout=10.0)
+    assert receipt["receipt-id"] == "bye"
+    messages = rabbit.get(name, count=count + 10)
+    assert [m["payload"] for m in messages] == [f"m{i}" for i in range(count)]
