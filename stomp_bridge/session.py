@@ -124,7 +124,6 @@ class Session:
         self._unconfirmed: dict[int, None] = {}  # ordered set of publish sequence numbers
         self._receipts: deque[tuple[int, str, bytes]] = deque()  # (last publish it covers, id, frame)
         self._drained: asyncio.Future[None] | None = None
-        self._connected = asyncio.Event()
 
     # -- entry points used by the transport --------------------------------------
 
@@ -226,7 +225,6 @@ class Session:
             client_name=f"stomp-bridge {self.peer or ''} ({login})",
             heartbeat=s.amqp_heartbeat,
         )
-        self.login = login
         self.amqp.on_delivery = self._on_delivery
         self.amqp.on_confirm = self._on_confirm
         self.amqp.on_closed = self.fail
@@ -243,7 +241,6 @@ class Session:
         self.session_id = hdr.new_session_id()
         send_s, recv_s = _heartbeat_seconds(cy), _heartbeat_seconds(cx)
         self.heartbeat = (send_s * 1000, recv_s * 1000)
-        self._connected.set()
         if implicit:
             return  # the plugin sends no CONNECTED for an implicit connect
         out = {

@@ -56,8 +56,8 @@ SUBSCRIPTION_QUEUE_PREFIX = "stomp-subscription"
 
 def processing_error(private: str = "") -> ProtocolError:
     """What the plugin sends when its processor crashes on a bad value (a badarg or badmatch):
-    ERROR ``message:Processing error``, body ``Processing error``; the connection stays open."""
-    return ProtocolError("Processing error", "Processing error", private=private, close=False)
+    ERROR ``message:Processing error``, body ``Processing error``."""
+    return ProtocolError("Processing error", "Processing error", private=private)
 
 
 def _queue_arguments(headers: Mapping[str, str], compat_3_10: bool) -> dict[str, Any]:
@@ -114,7 +114,6 @@ def _invalid(kind: str, rest: list[str], header: str) -> InvalidDestination:
         "Invalid destination",
         f"'{content}' is not a valid {_TYPE_ATOM[kind]} destination\n",
         private=f"destination header {header!r}",
-        close=False,
     )
 
 
@@ -125,7 +124,7 @@ def parse_destination(value: str) -> Destination:
     the empty string parses to a queue named ``""`` that :func:`send_target` and
     :func:`subscribe_plan` refuse as blank. ``/reply-queue/`` keeps the slashes
     of its name. Raises :class:`InvalidDestination` with the plugin's texts
-    (``close=False``: the plugin reports these and keeps the connection).
+    (the plugin reports these and keeps the connection; the bridge closes it, see README).
     """
     parts = value.split("/")
     if len(parts) == 1:
@@ -144,7 +143,6 @@ def parse_destination(value: str) -> Destination:
         "Unknown destination",
         f"'{value}' is not a valid destination.\n"
         f"Valid destination types are: {', '.join(ALL_DEST_PREFIXES)}.\n",
-        close=False,
     )
 
 
@@ -366,13 +364,12 @@ def queue_declare(
 
 def _check_blank(dest: Destination) -> None:
     if dest.kind == QUEUE and dest.name == "":
-        raise InvalidDestination("Invalid destination", "Destination cannot be blank", close=False)
+        raise InvalidDestination("Invalid destination", "Destination cannot be blank")
 
 
 def _not_for(dest: Destination, command: str) -> InvalidDestination:
     return InvalidDestination(
-        "Invalid destination", f"'{dest.header}' is not a valid destination for '{command}'\n", close=False
-    )
+        "Invalid destination", f"'{dest.header}' is not a valid destination for '{command}'\n")
 
 
 def send_target(
@@ -455,7 +452,7 @@ def require_durable_id(headers: Mapping[str, str]) -> None:
     """SUBSCRIBE/UNSUBSCRIBE check the plugin runs first: ``durable:true`` or ``persistent:true``
     (exactly lower-case ``true``) needs an ``id``."""
     if "id" not in headers and (headers.get("durable") == "true" or headers.get("persistent") == "true"):
-        raise ProtocolError("Missing Header", "Header 'id' is required for durable subscriptions", close=False)
+        raise ProtocolError("Missing Header", "Header 'id' is required for durable subscriptions")
 
 
 def durable_queue_to_delete(subscribed: Destination, unsubscribe_headers: Mapping[str, str]) -> str | None:

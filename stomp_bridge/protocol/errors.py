@@ -11,10 +11,11 @@ from __future__ import annotations
 
 
 class StompError(Exception):
-    """A failure reported to the client as one ERROR frame.
+    """A failure reported to the client as one ERROR frame, after which the connection ends.
 
-    ``close`` says whether the connection ends after the ERROR; every error in
-    the plugin's processor closes the connection, so that is the default.
+    The plugin keeps a connection open after some ERRORs; the bridge always
+    closes, as STOMP 1.2 requires (README, "Deliberate differences").
+    ``receipt_id`` is the ``receipt`` of the frame that failed, if any.
     """
 
     def __init__(
@@ -23,14 +24,12 @@ class StompError(Exception):
         detail: str = "",
         *,
         private: str = "",
-        close: bool = True,
         receipt_id: str | None = None,
     ) -> None:
         super().__init__(message if not detail else f"{message}: {detail}")
         self.message = message
         self.detail = detail
         self.private = private
-        self.close = close
         self.receipt_id = receipt_id
 
 

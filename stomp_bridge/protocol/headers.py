@@ -131,7 +131,7 @@ def check_send_headers(headers: Mapping[str, str]) -> None:
     """Refuse the headers a client may not put on SEND (checked before the destination)."""
     for name in HEADERS_NOT_ON_SEND:
         if name in headers:
-            raise StompError("Invalid header", f"'{name}' is not allowed on 'SEND'.\n", close=False)
+            raise StompError("Invalid header", f"'{name}' is not allowed on 'SEND'.\n")
 
 
 _STR_PROPERTIES = (
@@ -296,8 +296,7 @@ def parse_message_id(value: str, command: str = "ACK", header: str = "id") -> tu
     parts = value.split(MESSAGE_ID_SEPARATOR) if value else []
     if len(parts) != 3:
         raise ProtocolError(
-            "Invalid header", f'"{command}" must include a valid "{header}" header\n', close=False
-        )
+            "Invalid header", f'"{command}" must include a valid "{header}" header\n')
     tag = parts[2]
     if _INT(tag) is None:
         raise processing_error(f"delivery tag {tag!r} is not an integer")
@@ -338,13 +337,12 @@ def unsubscribe_consumer_tag(headers: Mapping[str, str]) -> str:
     sub_id = headers.get("id")
     if sub_id is not None:
         if sub_id.startswith(TEMP_QUEUE_ID_PREFIX):
-            raise ProtocolError("Invalid id", f"UNSUBSCRIBE 'id' may not start with {TEMP_QUEUE_ID_PREFIX}\n", close=False)
+            raise ProtocolError("Invalid id", f"UNSUBSCRIBE 'id' may not start with {TEMP_QUEUE_ID_PREFIX}\n")
         return INTERNAL_TAG_PREFIX + sub_id
     destination = headers.get("destination")
     if destination is None:
         raise ProtocolError(
-            "Missing destination or id", "UNSUBSCRIBE must include a 'destination' or 'id' header", close=False
-        )
+            "Missing destination or id", "UNSUBSCRIBE must include a 'destination' or 'id' header")
     return QUEUE_TAG_PREFIX + destination
 
 

@@ -76,7 +76,7 @@ def test_queue_arguments_in_3_10_know_fewer_names_and_strip_only_spaces():
 def test_a_bad_integer_argument_is_a_processing_error(value):
     with pytest.raises(ProtocolError) as info:
         queue_arguments({"x-max-length": value})
-    assert (info.value.message, info.value.detail, info.value.close) == ("Processing error", "Processing error", False)
+    assert (info.value.message, info.value.detail) == ("Processing error", "Processing error")
 
 
 @pytest.mark.parametrize(("value", "result"), [("true", True), ("True", True), ("false", False), ("False", False), ("yes", None), ("TRUE", None), (None, None)])
