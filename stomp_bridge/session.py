@@ -263,7 +263,9 @@ class Session:
             if self._receipts:
                 self._drained = asyncio.get_running_loop().create_future()
                 await self._drained
-        self.closed = True
+        # AMQP first: once the client sees the socket close, RabbitMQ has already
+        # requeued its unacknowledged messages and dropped its exclusive queues.
+        await self.close()
         self._close_transport()
 
     # -- SEND ---------------------------------------------------------------------
