@@ -32,6 +32,7 @@ from pamqp import commands as spec
 from pamqp.header import ContentHeader
 
 from .amqp_codec import encode_ack, encode_nack, encode_publish
+from .amqp_reader import DeliveryHook, Hooks, current_hooks, install
 from .protocol.errors import AccessRefused, BrokerError, ProtocolError, StompError
 
 log = logging.getLogger(__name__)
@@ -51,8 +52,8 @@ def _table_integer_as_long(value: int) -> bytes:
 
 
 pamqp.encode.table_integer = _table_integer_as_long
+BULK_READER = install()
 
-DeliveryCallback = Callable[[spec.Basic.Deliver, spec.Basic.Properties, bytes], None]
 
 
 def broker_error(exc: BaseException) -> StompError:
@@ -125,7 +126,9 @@ def properties_dict(props: spec.Basic.Properties) -> dict[str, Any]:
 class AmqpSession:
     """The AMQP connection and channel that serve one STOMP connection."""
 
-    def __init__(self, connection: aiormq.Connection, channel: aiormq.Channel) -> None:
+    def __init__(
+        self, connection: aiormq.Connection, channel: aiormq.Channel, hooks: Hooks | None = None
+    ) -> None:
         self.connection = connection
         self.channel = channel
         version = connection.server_properties.get("version", "0")
@@ -135,12 +138,17 @@ class AmqpSession:
         self._batch: list[bytes] = []
         self._channel_number = channel.number
         self._frame_max = connection.connection_tune.frame_max or 131072
-        self.on_delivery: DeliveryCallback | None = None
+        self.on_delivery: DeliveryHook | None = None
         self.on_confirm: Callable[[int, bool, bool], None] | None = None
         self.on_closed: Callable[[StompError], None] | None = None
         self.on_cancelled: Callable[[str], None] | None = None
         self._closing = False
-        # The lean paths: see the module docstring.
+        # The lean paths: see the module docstring. With the bulk reader the
+        # frames never reach aiormq's channel; the overrides are the fallback.
+        if hooks is not None:
+            hooks.on_delivery = self._deliver
+            hooks.on_confirm = self._confirm
+            hooks.channel = channel.number
         channel._on_deliver_frame = self._on_deliver_frame  # type: ignore[method-assign]
         channel._on_confirm_frame = self._on_confirm_frame  # type: ignore[method-assign]
         channel.on_consumer_cancel_callbacks.add(self._on_cancel)
@@ -161,6 +169,8 @@ class AmqpSession:
         url = _vhost_url(base_url, login, passcode, vhost)
         sep = "&" if "?" in url else "?"
         url += f"{sep}heartbeat={heartbeat}"
+        hooks = Hooks()
+        token = current_hooks.set(hooks)
         try:
             connection = await aiormq.connect(
                 url,
@@ -186,12 +196,14 @@ class AmqpSession:
                 "The bridge could not reach RabbitMQ; try again later.",
                 private=repr(exc),
             ) from exc
+        finally:
+            current_hooks.reset(token)
         try:
             channel = await connection.channel(publisher_confirms=True)
         except BaseException:
             await connection.close()
             raise
-        return cls(connection, channel)
+        return cls(connection, channel, hooks if BULK_READER else None)
 
     # -- the lean per-message paths -------------------------------------------------
 
@@ -229,19 +241,32 @@ class AmqpSession:
         except asyncio.QueueFull:
             await queue.put(frame)
 
+    def _deliver(
+        self, consumer_tag: str, delivery_tag: int, redelivered: bool, exchange: str,
+        routing_key: str, properties: dict[str, Any], body: bytes,
+    ) -> None:
+        callback = self.on_delivery
+        if callback is not None:
+            callback(consumer_tag, delivery_tag, redelivered, exchange, routing_key, properties, body)
+
+    def _confirm(self, delivery_tag: int, multiple: bool, nack: bool) -> None:
+        callback = self.on_confirm
+        if callback is not None:
+            callback(delivery_tag, multiple, nack)
+
     async def _on_deliver_frame(self, frame: spec.Basic.Deliver) -> None:
         header = await self.channel._get_frame()
         if not isinstance(header, ContentHeader):
             raise amqp_exc.InvalidFrameError(f"expected a content header, got {header!r}")
         message = await self.channel._read_content(frame, header)
-        callback = self.on_delivery
-        if callback is not None:
-            callback(frame, header.properties, message.body)
+        self._deliver(
+            frame.consumer_tag or "", frame.delivery_tag or 0, bool(frame.redelivered),
+            frame.exchange or "", frame.routing_key or "", properties_dict(header.properties),
+            message.body,
+        )
 
     async def _on_confirm_frame(self, frame: spec.Basic.Ack | spec.Basic.Nack) -> None:
-        callback = self.on_confirm
-        if callback is not None:
-            callback(frame.delivery_tag, frame.multiple, isinstance(frame, spec.Basic.Nack))
+        self._confirm(frame.delivery_tag or 0, bool(frame.multiple), isinstance(frame, spec.Basic.Nack))
 
     def _on_cancel(self, frame: spec.Basic.Cancel) -> None:
         if self.on_cancelled is not None and frame.consumer_tag:

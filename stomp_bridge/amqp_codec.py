@@ -13,6 +13,7 @@ import struct
 from datetime import datetime
 from typing import Any
 
+import pamqp.decode
 import pamqp.encode
 
 FRAME_END = b"\xce"
@@ -129,3 +130,65 @@ def encode_nack(channel: int, delivery_tag: int, multiple: bool, requeue: bool) 
     """basic.nack (60, 120): bit 0 multiple, bit 1 requeue."""
     bits = (1 if multiple else 0) | (2 if requeue else 0)
     return _ACK.pack(1, channel, 13, 60, 120, delivery_tag, bits) + FRAME_END
+
+
+# -- decoding the delivery path ------------------------------------------------------
+
+_FRAME_HEADER = struct.Struct(">BHI")
+_CLASS_METHOD = struct.Struct(">HH")
+_DELIVER_TAG = struct.Struct(">QB")
+_CONFIRM = struct.Struct(">QB")
+_CONTENT = struct.Struct(">HHQH")
+_U8 = struct.Struct(">B")
+_U16 = struct.Struct(">H")
+
+BASIC_DELIVER = (60, 60)
+BASIC_ACK = (60, 80)
+BASIC_NACK = (60, 120)
+
+
+def _shortstr_at(data: bytes, offset: int) -> tuple[str, int]:
+    length = data[offset]
+    end = offset + 1 + length
+    return data[offset + 1 : end].decode("utf-8", "replace"), end
+
+
+def decode_deliver(payload: bytes) -> tuple[str, int, bool, str, str]:
+    """basic.deliver arguments (after class and method ids): tag, delivery tag,
+    redelivered, exchange, routing key."""
+    consumer_tag, offset = _shortstr_at(payload, 4)
+    delivery_tag, bits = _DELIVER_TAG.unpack_from(payload, offset)
+    exchange, offset = _shortstr_at(payload, offset + 9)
+    routing_key, _ = _shortstr_at(payload, offset)
+    return consumer_tag, delivery_tag, bool(bits & 1), exchange, routing_key
+
+
+def decode_confirm(payload: bytes) -> tuple[int, bool]:
+    """basic.ack / basic.nack from the broker: delivery tag and ``multiple``."""
+    delivery_tag, bits = _CONFIRM.unpack_from(payload, 4)
+    return delivery_tag, bool(bits & 1)
+
+
+def decode_content_header(payload: bytes) -> tuple[int, dict[str, Any]]:
+    """Body size and the properties that are set, pamqp-named; timestamp as epoch seconds."""
+    _, _, body_size, flags = _CONTENT.unpack_from(payload, 0)
+    props: dict[str, Any] = {}
+    if not flags:
+        return body_size, props
+    offset = 14
+    for name, bit, kind in _PROPERTIES:
+        if not flags & bit:
+            continue
+        if kind == "s":
+            props[name], offset = _shortstr_at(payload, offset)
+        elif kind == "t":
+            consumed, table = pamqp.decode.field_table(payload[offset:])
+            props[name] = table
+            offset += consumed
+        elif kind == "o":
+            props[name] = payload[offset]
+            offset += 1
+        else:
+            props[name] = _U64.unpack_from(payload, offset)[0]
+            offset += 8
+    return body_size, props

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from . import __version__
-from .amqp import AmqpSession, broker_error, properties_dict
+from .amqp import AmqpSession, broker_error
 from .protocol import destinations as dest
 from .protocol import headers as hdr
 from .protocol.errors import AccessRefused, BrokerError, ProtocolError, StompError
@@ -30,8 +30,6 @@ from .protocol.frames import Frame, serialize
 from .protocol.parser import FrameParser, Limits
 
 if TYPE_CHECKING:
-    from pamqp import commands as spec
-
     from .settings import Settings
 
 log = logging.getLogger(__name__)
@@ -405,23 +403,25 @@ class Session:
 
     # -- deliveries ---------------------------------------------------------------
 
-    def _on_delivery(self, deliver: spec.Basic.Deliver, properties: Any, body: bytes) -> None:
-        tag = deliver.consumer_tag
+    def _on_delivery(
+        self, tag: str, delivery_tag: int, redelivered: bool, exchange: str, routing_key: str,
+        properties: dict[str, Any], body: bytes,
+    ) -> None:
         sub = self.subscriptions.get(tag)
         if sub is None or self.closed:
             return
         headers = hdr.message_headers(
             tag,
             self.session_id,
-            deliver.delivery_tag,
-            deliver.exchange,
-            deliver.routing_key,
-            deliver.redelivered,
-            properties_dict(properties),
+            delivery_tag,
+            exchange,
+            routing_key,
+            redelivered,
+            properties,
             ack=sub.ack and self.version == "1.2",
         )
         if sub.ack:
-            self.unacked[deliver.delivery_tag] = sub
+            self.unacked[delivery_tag] = sub
         self._write(self._encode(Frame("MESSAGE", headers, body)))
 
     # -- ACK / NACK ---------------------------------------------------------------

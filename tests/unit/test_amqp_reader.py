@@ -1,0 +1,123 @@
+"""The bulk reader's decoding and framing, checked against pamqp's encoder (no broker)."""
+
+import asyncio
+
+import pamqp.frame
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pamqp import commands as spec
+from pamqp.body import ContentBody
+from pamqp.header import ContentHeader
+
+from stomp_bridge.amqp_codec import decode_confirm, decode_content_header, decode_deliver
+from stomp_bridge.amqp_reader import BulkFrameReceiver, Hooks, current_hooks
+
+PROPS = {
+    "content_type": "text/plain",
+    "headers": {"k": "v", "n": 7},
+    "delivery_mode": 2,
+    "priority": 3,
+    "correlation_id": "c",
+    "reply_to": "amq.gen-1",
+    "timestamp": 1700000000,
+    "message_type": "t",
+    "app_id": "a",
+}
+
+
+def deliver_frames(channel: int, tag: int, body: bytes, props: dict | None = None, frame_max: int = 4096):
+    from datetime import datetime, timezone
+
+    p = dict(props or {})
+    if "timestamp" in p:
+        p["timestamp"] = datetime.fromtimestamp(p["timestamp"], tz=timezone.utc)
+    out = [
+        pamqp.frame.marshal(
+            spec.Basic.Deliver(consumer_tag="T_1", delivery_tag=tag, redelivered=tag % 2 == 0,
+                               exchange="amq.topic", routing_key="a.b"), channel),
+        pamqp.frame.marshal(ContentHeader(0, len(body), spec.Basic.Properties(**p)), channel),
+    ]
+    for start in range(0, len(body), frame_max - 8):
+        out.append(pamqp.frame.marshal(ContentBody(body[start : start + frame_max - 8]), channel))
+    return b"".join(out)
+
+
+def test_deliver_arguments_decode_like_pamqp():
+    raw = pamqp.frame.marshal(
+        spec.Basic.Deliver(consumer_tag="T_sub", delivery_tag=2**40, redelivered=True,
+                           exchange="ex", routing_key="k/é"), 1)
+    assert decode_deliver(raw[7:-1]) == ("T_sub", 2**40, True, "ex", "k/é")
+
+
+@pytest.mark.parametrize("frame,expected", [
+    (spec.Basic.Ack(delivery_tag=9, multiple=True), (9, True)),
+    (spec.Basic.Nack(delivery_tag=3, multiple=False, requeue=True), (3, False)),
+])
+def test_confirms_decode(frame, expected):
+    assert decode_confirm(pamqp.frame.marshal(frame, 1)[7:-1]) == expected
+
+
+def test_content_header_decodes_every_set_property():
+    from datetime import datetime, timezone
+
+    props = dict(PROPS, timestamp=datetime.fromtimestamp(PROPS["timestamp"], tz=timezone.utc))
+    raw = pamqp.frame.marshal(ContentHeader(0, 12, spec.Basic.Properties(**props)), 1)
+    assert decode_content_header(raw[7:-1]) == (12, PROPS)
+
+
+def feed(receiver: BulkFrameReceiver, data: bytes, chunk: int) -> None:
+    for start in range(0, len(data), chunk):
+        receiver._buf += data[start : start + chunk]
+        receiver._parse()
+
+
+def make_receiver(channel: int = 1):
+    hooks = Hooks()
+    got: list = []
+    hooks.on_delivery = lambda *args: got.append(("deliver", args))
+    hooks.on_confirm = lambda *args: got.append(("confirm", args))
+    hooks.channel = channel
+    token = current_hooks.set(hooks)
+    try:
+        receiver = BulkFrameReceiver(asyncio.StreamReader())
+    finally:
+        current_hooks.reset(token)
+    return receiver, got
+
+
+@settings(max_examples=60, deadline=None)
+@given(bodies=st.lists(st.binary(max_size=10000), min_size=1, max_size=4), chunk=st.integers(1, 5000))
+def test_deliveries_split_anyhow_reach_the_hook_whole_and_in_order(bodies, chunk):
+    receiver, got = make_receiver()
+    stream = b"".join(deliver_frames(1, i + 1, body, PROPS) for i, body in enumerate(bodies))
+    stream += pamqp.frame.marshal(spec.Basic.Ack(delivery_tag=5, multiple=True), 1)
+    feed(receiver, stream, chunk)
+    assert [g[1][-1] for g in got if g[0] == "deliver"] == bodies
+    assert got[0][1][:5] == ("T_1", 1, False, "amq.topic", "a.b")
+    assert got[0][1][5] == PROPS
+    assert got[-1] == ("confirm", (5, True, False))
+    assert not receiver._frames and not receiver._buf
+
+
+def test_other_channels_and_other_methods_go_to_aiormq_in_order():
+    receiver, got = make_receiver(channel=1)
+    stream = (
+        pamqp.frame.marshal(spec.Basic.ConsumeOk(consumer_tag="T_1"), 1)
+        + deliver_frames(2, 1, b"other channel")
+        + pamqp.frame.marshal(spec.Channel.Close(reply_code=404, reply_text="NOT_FOUND - x", class_id=0, method_id=0), 1)
+    )
+    feed(receiver, stream, 3)
+    kinds = [type(frame).__name__ for _, _, frame in receiver._frames]
+    assert kinds == ["ConsumeOk", "Deliver", "ContentHeader", "ContentBody", "Close"]
+    assert got == []
+
+
+def test_a_frame_without_its_end_byte_is_refused():
+    import aiormq.exceptions
+
+    receiver, _ = make_receiver()
+    data = bytearray(pamqp.frame.marshal(spec.Basic.Ack(delivery_tag=1), 1))
+    data[-1] = 0
+    with pytest.raises(aiormq.exceptions.InvalidFrameError):
+        feed(receiver, bytes(data), 100)
