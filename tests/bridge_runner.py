@@ -10,8 +10,8 @@ from stomp_bridge.settings import Settings
 
 
 class BridgeThread:
-    def __init__(self, amqp_url: str, **settings: object) -> None:
-        self.settings = Settings(host="127.0.0.1", port=0, amqp_url=amqp_url, **settings)
+    def __init__(self, amqp_url: str, host: str = "127.0.0.1", **settings: object) -> None:
+        self.settings = Settings(host=host, port=0, amqp_url=amqp_url, **settings)
         self.port = 0
         self._ready = threading.Event()
         self._error: BaseException | None = None

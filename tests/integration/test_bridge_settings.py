@@ -46,9 +46,7 @@ def bridge(broker):
     started: list[BridgeThread] = []
 
     def make(host: str | None = None, **settings: object) -> BridgeThread:
-        thread = BridgeThread(broker.amqp_url, **settings)
-        if host is not None:
-            thread.settings = thread.settings.model_copy(update={"host": host})
+        thread = BridgeThread(broker.amqp_url, host=host or "127.0.0.1", **settings)
         thread.start()
         started.append(thread)
         return thread
