@@ -168,6 +168,8 @@ class Session:
         }
         if error.receipt_id is not None:
             headers["receipt-id"] = error.receipt_id
+        if error.headers:
+            headers.update(error.headers)
         body = error.detail.encode("utf-8")
         log.info(
             "stomp error sent",
@@ -385,21 +387,18 @@ class Session:
         self._maybe_receipt(frame)
 
     def _on_server_cancel(self, consumer_tag: str) -> None:
+        """RabbitMQ cancelled a consumer (its queue was deleted): the plugin's ERROR, then close."""
         sub = self.subscriptions.pop(consumer_tag, None)
         if sub is None:
             return
-        headers = {
-            "message": "Server cancelled subscription",
-            "subscription": consumer_tag[2:],
-            "content-type": "text/plain",
-            "version": ",".join(SUPPORTED_VERSIONS),
-        }
-        body = (
-            "The server has canceled a subscription.\n"
-            f"No more messages will be delivered for {sub.queue!r}.\n"
-        ).encode()
-        # The plugin reports this without closing the connection.
-        self._write(self._encode(Frame("ERROR", headers, body)))
+        self.fail(
+            BrokerError(
+                "Server cancelled subscription",
+                "The server has canceled a subscription.\n"
+                f"No more messages will be delivered for {sub.queue!r}.\n",
+                headers={"subscription": consumer_tag[2:]},
+            )
+        )
 
     # -- deliveries ---------------------------------------------------------------
 

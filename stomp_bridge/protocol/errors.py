@@ -25,12 +25,14 @@ class StompError(Exception):
         *,
         private: str = "",
         receipt_id: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message if not detail else f"{message}: {detail}")
         self.message = message
         self.detail = detail
         self.private = private
         self.receipt_id = receipt_id
+        self.headers = headers  # extra ERROR headers, e.g. ``subscription``
 
 
 class ProtocolError(StompError):

@@ -298,3 +298,16 @@ def test_missing_destination_gets_error(connected, command):
     error = conn.expect("ERROR")
     assert error["message"] == "Missing destination"
     assert error.text == f"\"{command}\" must include a 'destination' header\n"
+
+
+def test_deleting_a_subscribed_queue_cancels_the_subscription_with_an_error(connected, after_error, rabbit,
+                                                                            unique):
+    name = f"doomed-{unique}"
+    conn = connected()
+    conn.subscribe(f"/queue/{name}", sub_id="s-doomed")
+    rabbit.delete_queue(name)
+    error = conn.expect("ERROR")
+    assert error["message"] == "Server cancelled subscription"
+    assert error["subscription"] == "s-doomed"
+    assert "No more messages will be delivered" in error.text
+    after_error(conn, lambda: conn.receipt("SEND", {"destination": "/topic/still-usable"}, "x"))
