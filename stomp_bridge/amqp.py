@@ -65,10 +65,11 @@ def broker_error(exc: BaseException) -> StompError:
     if isinstance(exc, StompError):
         return exc
     text = ""
-    if exc.args and isinstance(exc.args[0], str):
-        text = exc.args[0]
-    elif exc.args and hasattr(exc.args[0], "reply_text"):
-        text = exc.args[0].reply_text
+    for arg in exc.args:  # aiormq puts the reply text first or after the reply code
+        candidate = getattr(arg, "reply_text", arg)
+        if isinstance(candidate, str) and candidate:
+            text = candidate
+            break
     if " - " in text:
         name = text.split(" - ", 1)[0].strip().lower()
         return BrokerError(name, text)

@@ -48,6 +48,7 @@ def configure(level: str = "INFO", fmt: str = "text") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    # aiormq logs every broker-side consumer cancel and close at WARNING; the
-    # session already turns those into ERROR frames and its own log line.
-    logging.getLogger("aiormq").setLevel(max(logging.ERROR, root.level))
+    # aiormq logs every broker-side close and consumer cancel (at ERROR and
+    # WARNING); the session already turns each into an ERROR frame and one log
+    # line of its own, so aiormq speaks only when debugging.
+    logging.getLogger("aiormq").setLevel(logging.DEBUG if root.level <= logging.DEBUG else logging.CRITICAL)

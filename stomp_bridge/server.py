@@ -35,10 +35,11 @@ class Connection:
         self.transport = writer.transport
         peer = writer.get_extra_info("peername")
         self.peer = peer[0] if isinstance(peer, tuple) else None
+        name = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "unknown"
         self.last_read = self.last_write = self.loop.time()
         self._timers: list[asyncio.TimerHandle] = []
         self._out: list[bytes] = []
-        self.session = Session(settings, self._write, self._close, peer=self.peer)
+        self.session = Session(settings, self._write, self._close, peer=self.peer, peer_name=name)
 
     def _write(self, data: bytes) -> None:
         """Coalesce frames written in one loop iteration into one socket write.

@@ -97,8 +97,10 @@ class Session:
         write: Callable[[bytes], None],
         close_transport: Callable[[], None],
         peer: str | None = None,
+        peer_name: str = "",
     ) -> None:
         self.settings = settings
+        self.peer_name = peer_name or peer or ""  # "ip:port", for logs and the AMQP connection name
         self._write = write
         self._close_transport = close_transport
         self.peer = peer
@@ -173,7 +175,7 @@ class Session:
         body = error.detail.encode("utf-8")
         log.info(
             "stomp error sent",
-            extra={"peer": self.peer, "error": error.message, "detail": error.detail,
+            extra={"peer": self.peer_name, "error": error.message, "detail": error.detail,
                    "private": error.private},
         )
         try:
@@ -222,7 +224,7 @@ class Session:
             login,
             passcode or "",
             vhost,
-            client_name=f"stomp-bridge {self.peer or ''} ({login})",
+            client_name=f"stomp-bridge {self.peer_name} ({login})",
             heartbeat=s.amqp_heartbeat,
         )
         self.amqp.on_delivery = self._on_delivery
