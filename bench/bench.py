@@ -1,209 +1,214 @@
-"""Side-by-side throughput of the bridge and RabbitMQ's native STOMP plugin.
+"""Side-by-side throughput and latency of the bridge and RabbitMQ's native STOMP plugin.
 
-    python bench/bench.py                    # starts a bridge, uses native on 61613
-    python bench/bench.py --runs 5 --messages 20000
+    python bench/bench.py                          # starts a bridge, uses native on 61613
+    python bench/bench.py --runs 5 --messages 20000 --json out.json
+    python bench/bench.py --only fanout,pingpong
+    python bench/bench.py --only idle --connections 1000 --hold 30
 
 Same client (a lean asyncio STOMP client built on the project's own codec),
-same broker, interleaved A/B runs; prints the median of each scenario and the
-ratio bridge / native. Run by hand: numbers go in notes and the README, never
-into test assertions.
+same broker, interleaved A/B runs; prints the median of each scenario, the
+ratio bridge / native (latency rows: > 1 means the bridge is slower), and the
+bridge process's CPU seconds and peak RSS per run (median CPU, highest peak).
+The plugin runs inside RabbitMQ, so it has no CPU/RSS column ("-").
+
+Checks while measuring: message counts, per-subscriber order, receipts in
+frame order per connection (counted, not fatal: the plugin may reorder), and
+any ERROR frame aborts the run with the frame printed. Every scenario has a
+time limit. Run by hand: numbers go in notes, never into test assertions.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import time
-import uuid
+from collections.abc import Awaitable, Callable
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(__file__))
 
-from stomp_bridge.protocol.frames import Frame, serialize  # noqa: E402
-from stomp_bridge.protocol.parser import FrameParser, Limits  # noqa: E402
+from stompbench.client import BenchError, Rabbit  # noqa: E402
+from stompbench.idle import run_idle  # noqa: E402
+from stompbench.procstat import Probe, start_bridge  # noqa: E402
+from stompbench.scenarios import scenario_consume, scenario_fanout, scenario_pingpong, scenario_send  # noqa: E402
+
+AB_SCENARIOS = ["send-persistent", "send", "consume", "fanout", "pingpong"]
+ALL = [*AB_SCENARIOS, "idle"]
 
 
-class Client:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer = reader, writer
-        self.parser = FrameParser(Limits(max_frame_size=64 * 1024 * 1024))
-        self.pending: list[Frame] = []
+def ab_table(args: argparse.Namespace, rabbit: Rabbit) -> dict[str, tuple[str, Callable[[int], Awaitable[dict]]]]:
+    m = args.messages
+    return {
+        "send-persistent": ("persistent SEND, receipt each, 4 conns, window 100 (msg/s)",
+                            lambda p: scenario_send(p, rabbit, m, True)),
+        "send": ("non-persistent SEND, receipt each, 4 conns, window 100 (msg/s)",
+                 lambda p: scenario_send(p, rabbit, m, False)),
+        "consume": ("consume, client-individual, prefetch 500, 2 conns (msg/s)",
+                    lambda p: scenario_consume(p, rabbit, m)),
+        "fanout": (f"topic fan-out 1 -> 10, {m // 10} msgs, receipt/100 (deliveries/s)",
+                   lambda p: scenario_fanout(p, rabbit, m // 10, 10)),
+        "pingpong": (f"ping-pong RTT over {args.pings} round trips (ms)",
+                     lambda p: scenario_pingpong(p, rabbit, args.pings)),
+    }
 
-    @classmethod
-    async def connect(cls, port: int) -> Client:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 20)
-        sock = writer.get_extra_info("socket")
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        client = cls(reader, writer)
-        client.send(Frame("CONNECT", {"accept-version": "1.2", "host": "/", "login": "guest",
-                                      "passcode": "guest"}))
-        frame = await client.next()
-        assert frame.command == "CONNECTED", frame
-        return client
 
-    def send(self, frame: Frame) -> None:
-        self.writer.write(serialize(frame, "1.2"))
-
-    async def next(self) -> Frame:
-        while not self.pending:
-            data = await self.reader.read(1 << 20)
-            if not data:
-                raise ConnectionError("closed")
-            self.parser.feed(data)
-            while (f := self.parser.next_frame()) is not None:
-                self.pending.append(f)
-            self.pending.reverse()
-        return self.pending.pop()
-
-    async def batch(self) -> list[Frame]:
-        """Every frame the next read completes (fewer wake-ups than next())."""
-        out: list[Frame] = []
-        if self.pending:
-            out, self.pending = list(reversed(self.pending)), []
-            return out
-        while not out:
-            data = await self.reader.read(1 << 20)
-            if not data:
-                raise ConnectionError("closed")
-            self.parser.feed(data)
-            while (f := self.parser.next_frame()) is not None:
-                out.append(f)
-        return out
-
-    async def close(self) -> None:
-        self.writer.close()
+def run_one(fn: Callable[[], Awaitable[dict]], timeout: float, what: str) -> dict:
+    async def bounded() -> dict:
         try:
-            await self.writer.wait_closed()
-        except Exception:  # noqa: BLE001
-            pass
+            return await asyncio.wait_for(fn(), timeout)
+        except asyncio.TimeoutError:
+            raise BenchError(f"{what} timed out after {timeout:g} s") from None
+
+    return asyncio.run(bounded())
 
 
-async def publish(port: int, dest: str, count: int, window: int, persistent: bool, size: int) -> None:
-    client = await Client.connect(port)
-    body = b"x" * size
-    headers = {"destination": dest}
-    if persistent:
-        headers["persistent"] = "true"
-    sent = done = 0
-    while done < count:
-        while sent < count and sent - done < window:
-            client.send(Frame("SEND", dict(headers, receipt=str(sent)), body))
-            sent += 1
-        for frame in await client.batch():
-            assert frame.command == "RECEIPT", frame
-            done += 1
-    await client.close()
+def summarize(runs: list[dict]) -> dict:
+    out: dict = {"runs": runs, "values": [r["value"] for r in runs],
+                 "median": statistics.median(r["value"] for r in runs)}
+    for key in ("p50_ms", "p90_ms", "p99_ms"):
+        if key in runs[0]:
+            out[key + "_median"] = statistics.median(r[key] for r in runs)
+    if "receipts_out_of_order" in runs[0]:
+        out["receipts_out_of_order"] = [r["receipts_out_of_order"] for r in runs]
+    if runs[0].get("cpu_s") is not None:
+        out["cpu_s_median"] = statistics.median(r["cpu_s"] for r in runs)
+        out["peak_rss_mb_max"] = max(r["peak_rss_mb"] for r in runs)
+    return out
 
 
-async def scenario_send(port: int, messages: int, persistent: bool) -> float:
-    conns, window = 4, 100
-    queue = f"bench-{uuid.uuid4().hex[:8]}"
-    dest = f"/queue/{queue}"
-    setup = await Client.connect(port)
-    setup.send(Frame("SUBSCRIBE", {"destination": dest, "id": "declare", "receipt": "x"}))
-    setup.send(Frame("UNSUBSCRIBE", {"id": "declare"}))
-    await setup.next()
-    per = messages // conns
-    start = time.perf_counter()
-    await asyncio.gather(*(publish(port, dest, per, window, persistent, 256) for _ in range(conns)))
-    elapsed = time.perf_counter() - start
-    await setup.close()
-    delete_queue(queue)
-    return per * conns / elapsed
+def print_table(results: dict) -> None:
+    rows = [("scenario", "bridge", "native", "ratio", "CPU s", "RSS MB", "rcpt ooo b/n")]
+    for res in results.values():
+        b, n = res["targets"]["bridge"], res["targets"]["native"]
+        cpu = f"{b['cpu_s_median']:.2f}" if "cpu_s_median" in b else "-"
+        rss = f"{b['peak_rss_mb_max']:.0f}" if "peak_rss_mb_max" in b else "-"
+        ooo = (f"{sum(b['receipts_out_of_order'])}/{sum(n['receipts_out_of_order'])}"
+               if "receipts_out_of_order" in b else "")
+        if "p50_ms_median" in b:
+            for i, p in enumerate(("p50", "p90", "p99")):
+                bv, nv = b[f"{p}_ms_median"], n[f"{p}_ms_median"]
+                label = res["label"] if i == 0 else ""
+                rows.append((f"{label} {p}".strip() if i == 0 else f"  {p}", f"{bv:.3f}", f"{nv:.3f}",
+                             f"{bv / nv:.2f}", cpu if i == 0 else "", rss if i == 0 else "", ""))
+        else:
+            rows.append((res["label"], f"{b['median']:.0f}", f"{n['median']:.0f}",
+                         f"{b['median'] / n['median']:.2f}", cpu, rss, ooo))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(c.ljust(widths[0]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(row)).rstrip())
+    print("CPU s: bridge process utime+stime per run (median); RSS MB: highest bridge VmHWM over the runs; "
+          "rcpt ooo: receipts out of frame order, all runs, bridge/native")
 
 
-async def scenario_consume(port: int, messages: int) -> float:
-    queue = f"bench-{uuid.uuid4().hex[:8]}"
-    dest = f"/queue/{queue}"
-    await publish(port, dest, messages, 500, False, 256)
-    received = 0
-    done = asyncio.Event()
+def print_idle(r: dict) -> None:
+    def mb(v: float | None) -> str:
+        return "-" if v is None else f"{v:.0f} MB"
 
-    async def consumer() -> None:
-        nonlocal received
-        client = await Client.connect(port)
-        client.send(Frame("SUBSCRIBE", {"destination": dest, "id": "0", "ack": "client-individual",
-                                        "prefetch-count": "500"}))
-        while not done.is_set():
-            try:
-                frames = await asyncio.wait_for(client.batch(), 0.5)
-            except asyncio.TimeoutError:
-                continue
-            out = []
-            for frame in frames:
-                out.append(serialize(Frame("ACK", {"id": frame.headers["ack"]}), "1.2"))
-                received += 1
-            client.writer.write(b"".join(out))
-            if received >= messages:
-                done.set()
-        await client.close()
-
-    start = time.perf_counter()
-    await asyncio.gather(consumer(), consumer())
-    elapsed = time.perf_counter() - start
-    delete_queue(queue)
-    return messages / elapsed
+    if r["capped"]:
+        print(f"  WARNING, capped: {r['capped']}")
+    print(f"idle connections (bridge): {r['held']}/{r['connections']} held for {r['hold_s']:g} s, "
+          f"heart-beat {r['heartbeat']}, errors {r['errors']}")
+    print(f"  opened in {r['open_s']:.1f} s (bridge CPU {r['cpu_open_s'] or 0:.2f} s); "
+          f"CPU while holding {r['cpu_hold_s'] or 0:.2f} s")
+    kb = r["kb_per_connection"]
+    print(f"  bridge RSS before {mb(r['rss_before_mb'])}, with connections held {mb(r['rss_held_mb'])}, "
+          f"peak {mb(r['peak_rss_mb'])}" + (f" (~{kb:.0f} kB per connection)" if kb else ""))
+    print(f"  heart-beats received per connection: min {r['heartbeats_min']}, median {r['heartbeats_median']:g} "
+          f"(expected at least {r['heartbeats_expected_min']})")
+    for kind, count in r["error_kinds"].items():
+        print(f"  {count} x {kind}")
+    if r["leftover_queues_deleted"]:
+        print(f"  deleted {r['leftover_queues_deleted']} subscription queues left behind")
 
 
-def delete_queue(name: str) -> None:
-    subprocess.run(["rabbitmqctl", "-q", "delete_queue", name], capture_output=True, check=False)
-
-
-def start_bridge(port: int) -> subprocess.Popen:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "stomp_bridge", "--port", str(port), "--log-level", "WARNING"],
-        cwd=os.path.join(os.path.dirname(__file__), ".."),
-    )
-    for _ in range(100):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return proc
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("bridge did not start")
-
-
-def main() -> None:
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bridge-port", type=int, default=61633)
     ap.add_argument("--native-port", type=int, default=61613)
-    ap.add_argument("--messages", type=int, default=20000)
+    ap.add_argument("--messages", type=int, default=20000, help="per run (fan-out publishes messages / 10)")
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--no-start", action="store_true", help="a bridge already runs on --bridge-port")
+    ap.add_argument("--pings", type=int, default=2000, help="ping-pong round trips after 100 warm-up")
+    ap.add_argument("--only", default=",".join(ALL), help=f"comma-separated subset of {','.join(ALL)}")
+    ap.add_argument("--connections", type=int, default=1000, help="idle: STOMP connections to hold")
+    ap.add_argument("--hold", type=float, default=30.0, help="idle: seconds to hold them")
+    ap.add_argument("--unsafe-connections", action="store_true",
+                    help="idle: do not cap --connections to RabbitMQ's free file descriptors")
+    ap.add_argument("--heartbeat", default="5000,5000", help="idle: CONNECT heart-beat header")
+    ap.add_argument("--timeout", type=float, default=180.0, help="per run of a scenario, seconds")
+    ap.add_argument("--json", metavar="PATH", help="write every run's results as JSON")
+    ap.add_argument("--no-start", action="store_true", help="a bridge already runs on --bridge-port (no CPU/RSS)")
+    ap.add_argument("--api", default="http://127.0.0.1:15672/api", help="RabbitMQ management API (cleanup)")
     args = ap.parse_args()
+    only = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = set(only) - set(ALL)
+    if unknown:
+        ap.error(f"unknown scenario(s) {', '.join(sorted(unknown))}; choose from {', '.join(ALL)}")
+    if args.connections > 2000:
+        print(f"note: {args.connections} connections means as many AMQP connections to RabbitMQ")
+
+    rabbit = Rabbit(args.api)
     proc = None if args.no_start else start_bridge(args.bridge_port)
-    scenarios = {
-        "persistent SEND, receipt each, 4 conns, window 100 (msg/s)":
-            lambda p: scenario_send(p, args.messages, True),
-        "non-persistent SEND, receipt each, 4 conns, window 100 (msg/s)":
-            lambda p: scenario_send(p, args.messages, False),
-        "consume, client-individual, prefetch 500, 2 conns (msg/s)":
-            lambda p: scenario_consume(p, args.messages),
-    }
-    targets = {"bridge": args.bridge_port, "native": args.native_port}
+    pid = proc.pid if proc else None
+    report: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "args": vars(args),
+                    "loadavg_before": os.getloadavg(), "scenarios": {}}
+    status = 0
     try:
-        rows = []
-        for name, fn in scenarios.items():
-            results: dict[str, list[float]] = {t: [] for t in targets}
-            for _ in range(args.runs):
-                for target, port in targets.items():  # interleaved A/B
-                    results[target].append(asyncio.run(fn(port)))
-            med = {t: statistics.median(v) for t, v in results.items()}
-            rows.append((name, med["bridge"], med["native"], med["bridge"] / med["native"]))
-        width = max(len(r[0]) for r in rows)
-        print(f"{'scenario':<{width}}  {'bridge':>10}  {'native':>10}  ratio")
-        for name, b, n, r in rows:
-            print(f"{name:<{width}}  {b:>10.0f}  {n:>10.0f}  {r:5.2f}")
+        table = ab_table(args, rabbit)
+        targets = {"bridge": (args.bridge_port, pid), "native": (args.native_port, None)}
+        for name in [s for s in AB_SCENARIOS if s in only]:
+            label, fn = table[name]
+            print(f"{name}: {label}", flush=True)
+            runs: dict[str, list[dict]] = {t: [] for t in targets}
+            for i in range(args.runs):
+                for target, (port, tpid) in targets.items():  # interleaved A/B
+                    if proc is not None and proc.poll() is not None:
+                        raise BenchError(f"the bridge exited with {proc.returncode}")
+                    probe = Probe(tpid)
+                    probe.start()
+                    result = run_one(lambda: fn(port), args.timeout, f"{name} against {target} (run {i + 1})")
+                    result.update(probe.stop() or {})
+                    runs[target].append(result)
+                    print(f"  run {i + 1} {target:6} {result['value']:12.3f}"
+                          + (f"  cpu {result['cpu_s']:.2f} s" if "cpu_s" in result else ""), flush=True)
+            targets_out = {t: summarize(r) for t, r in runs.items()}
+            report["scenarios"][name] = {
+                "label": label, "better": "lower" if name == "pingpong" else "higher",
+                "targets": targets_out,
+                "ratio": targets_out["bridge"]["median"] / targets_out["native"]["median"],
+            }
+        if report["scenarios"]:
+            print()
+            print_table(report["scenarios"])
+        if "idle" in only:
+            print()
+            idle = run_one(lambda: run_idle(args.bridge_port, pid, rabbit, args.connections, args.hold,
+                                            args.heartbeat, unsafe=args.unsafe_connections),
+                           args.timeout + args.hold + args.connections * 0.2, "idle connections")
+            report["idle"] = idle
+            print_idle(idle)
+            if idle["errors"]:
+                status = 1
+    except BenchError as exc:
+        print(f"\nABORTED: {exc}", file=sys.stderr)
+        report["aborted"] = str(exc)
+        status = 2
     finally:
         if proc is not None:
             proc.terminate()
-            proc.wait(10)
+            try:
+                proc.wait(15)
+            except Exception:  # noqa: BLE001
+                proc.kill()
+        report["loadavg_after"] = os.getloadavg()
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(report, f, indent=2)
+            print(f"results written to {args.json}")
+    return status
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

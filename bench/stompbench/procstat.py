@@ -1,0 +1,84 @@
+"""The bridge subprocess: start it, and read its CPU time and memory from /proc."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def start_bridge(port: int) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "stomp_bridge", "--port", str(port), "--log-level", "WARNING"],
+        cwd=ROOT,
+    )
+    for _ in range(100):
+        if proc.poll() is not None:
+            raise RuntimeError(f"bridge exited with {proc.returncode} before listening on {port}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return proc
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError(f"bridge did not listen on {port} within 10 s")
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of the process (fields 14 and 15 of /proc/pid/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def memory_kb(pid: int) -> dict[str, int]:
+    """VmRSS (now) and VmHWM (peak) in kB."""
+    out = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                key, value = line.split(":", 1)
+                out[key] = int(value.split()[0])
+    return out
+
+
+def reset_peak(pid: int) -> bool:
+    """Reset VmHWM to the current RSS (Linux 4.0+: write 5 to clear_refs)."""
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+class Probe:
+    """CPU seconds and peak RSS of the bridge over one run; ``None`` pid: native (nothing to read)."""
+
+    def __init__(self, pid: int | None) -> None:
+        self.pid = pid
+        self.cpu0 = 0.0
+        self.peak_reset = False
+
+    def start(self) -> None:
+        if self.pid is not None:
+            self.peak_reset = reset_peak(self.pid)
+            self.cpu0 = cpu_seconds(self.pid)
+
+    def stop(self) -> dict[str, float] | None:
+        if self.pid is None:
+            return None
+        cpu = cpu_seconds(self.pid) - self.cpu0
+        mem = memory_kb(self.pid)
+        return {
+            "cpu_s": cpu,
+            "rss_mb": mem["VmRSS"] / 1024,
+            # Without a reset, VmHWM is the peak since the bridge started.
+            "peak_rss_mb": mem["VmHWM"] / 1024,
+            "peak_is_per_run": self.peak_reset,
+        }

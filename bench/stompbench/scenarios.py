@@ -1,0 +1,211 @@
+"""The A/B scenarios: each runs once against one port and returns its measurements.
+
+A scenario returns a dict with ``value`` (the number compared bridge/native)
+and whatever it checked along the way (``receipts_out_of_order`` …). A wrong
+message count or an ERROR frame raises :class:`BenchError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+import uuid
+
+from .client import BenchError, Client, Frame, Rabbit, serialize
+
+
+def unique(prefix: str = "bench") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def seq_body(i: int, size: int) -> bytes:
+    head = b"%010d" % i
+    return head + b"x" * max(0, size - len(head))
+
+
+async def publish(
+    port: int, dest: str, count: int, window: int, persistent: bool, size: int, receipt_every: int = 1
+) -> dict[str, int]:
+    """Send ``count`` messages with a receipt on every ``receipt_every``-th (and the last);
+    at most ``window`` receipts outstanding. Receipts should come back in frame order:
+    a receipt whose id is below one already seen counts as out of order."""
+    client = await Client.connect(port)
+    headers = {"destination": dest}
+    if persistent:
+        headers["persistent"] = "true"
+    outstanding: set[int] = set()
+    sent = received = out_of_order = 0
+    highest = -1
+    try:
+        while sent < count or outstanding:
+            chunk = []
+            while sent < count and len(outstanding) < window:
+                h = headers
+                if (sent + 1) % receipt_every == 0 or sent == count - 1:
+                    h = dict(headers, receipt=str(sent))
+                    outstanding.add(sent)
+                chunk.append(serialize(Frame("SEND", h, seq_body(sent, size)), "1.2"))
+                sent += 1
+            if chunk:
+                client.writer.write(b"".join(chunk))
+            if not outstanding:
+                continue
+            for frame in await client.batch(waiting_for=f"receipts ({len(outstanding)} outstanding)"):
+                rid = frame.headers.get("receipt-id", "")
+                if frame.command != "RECEIPT" or not rid.isdigit() or int(rid) not in outstanding:
+                    raise BenchError(f"port {port}: unexpected frame on a publisher: {frame.command} {frame.headers}")
+                n = int(rid)
+                outstanding.discard(n)
+                received += 1
+                if n < highest:
+                    out_of_order += 1
+                highest = max(highest, n)
+    finally:
+        await client.close()
+    return {"receipts": received, "receipts_out_of_order": out_of_order}
+
+
+async def declare_queue(port: int, dest: str) -> None:
+    setup = await Client.connect(port)
+    setup.send(Frame("SUBSCRIBE", {"destination": dest, "id": "declare", "receipt": "declared"}))
+    setup.send(Frame("UNSUBSCRIBE", {"id": "declare"}))
+    await setup.expect_receipt("declared")
+    await setup.close()
+
+
+async def scenario_send(port: int, rabbit: Rabbit, messages: int, persistent: bool) -> dict:
+    conns, window = 4, 100
+    queue = unique()
+    dest = f"/queue/{queue}"
+    try:
+        await declare_queue(port, dest)
+        per = messages // conns
+        start = time.perf_counter()
+        stats = await asyncio.gather(*(publish(port, dest, per, window, persistent, 256) for _ in range(conns)))
+        elapsed = time.perf_counter() - start
+    finally:
+        await asyncio.to_thread(rabbit.delete_queue, queue)
+    receipts = sum(s["receipts"] for s in stats)
+    if receipts != per * conns:
+        raise BenchError(f"port {port}: {receipts} receipts for {per * conns} SENDs")
+    return {"value": per * conns / elapsed, "elapsed_s": elapsed,
+            "receipts_out_of_order": sum(s["receipts_out_of_order"] for s in stats)}
+
+
+async def scenario_consume(port: int, rabbit: Rabbit, messages: int) -> dict:
+    queue = unique()
+    dest = f"/queue/{queue}"
+    received = 0
+    done = asyncio.Event()
+    done_at = 0.0
+
+    async def consumer() -> None:
+        nonlocal received, done_at
+        client = await Client.connect(port)
+        client.send(Frame("SUBSCRIBE", {"destination": dest, "id": "0", "ack": "client-individual",
+                                        "prefetch-count": "500"}))
+        try:
+            while not done.is_set():
+                try:
+                    frames = await asyncio.wait_for(client.batch(), 0.5)
+                except asyncio.TimeoutError:
+                    continue
+                out = []
+                for frame in frames:
+                    if frame.command != "MESSAGE":
+                        raise BenchError(f"port {port}: consumer got {frame.command} {frame.headers}")
+                    out.append(serialize(Frame("ACK", {"id": frame.headers["ack"]}), "1.2"))
+                    received += 1
+                client.writer.write(b"".join(out))
+                if received >= messages and not done.is_set():
+                    done_at = time.perf_counter()
+                    done.set()
+        finally:
+            await client.close()
+
+    try:
+        await publish(port, dest, messages, 500, False, 256)
+        start = time.perf_counter()
+        await asyncio.gather(consumer(), consumer())
+        # Until the last message arrived, not until the idle consumer noticed (up to 0.5 s later).
+        elapsed = done_at - start
+    finally:
+        await asyncio.to_thread(rabbit.delete_queue, queue)
+    if received != messages:
+        raise BenchError(f"port {port}: consumed {received} messages, {messages} were sent")
+    return {"value": messages / elapsed, "elapsed_s": elapsed}
+
+
+async def scenario_fanout(port: int, rabbit: Rabbit, messages: int, subscribers: int = 10) -> dict:
+    """1 publisher → ``subscribers`` topic subscribers; deliveries/s counted at the subscribers."""
+    key = unique("bench.fanout").replace("-", ".")
+    dest = f"/topic/{key}"
+    subs = [await Client.connect(port) for _ in range(subscribers)]
+    counts = [0] * subscribers
+    finished = [0.0] * subscribers
+
+    async def receive(i: int, client: Client) -> None:
+        while counts[i] < messages:
+            for frame in await client.batch(waiting_for=f"MESSAGE {counts[i]} of {messages} on subscriber {i}"):
+                if frame.command != "MESSAGE":
+                    raise BenchError(f"port {port}: subscriber {i} got {frame.command} {frame.headers}")
+                seq = int(frame.body[:10])
+                if seq != counts[i]:
+                    raise BenchError(f"port {port}: subscriber {i} expected message {counts[i]}, got {seq}")
+                counts[i] += 1
+        finished[i] = time.perf_counter()
+
+    try:
+        for i, client in enumerate(subs):
+            client.send(Frame("SUBSCRIBE", {"destination": dest, "id": "0", "ack": "auto", "receipt": f"sub{i}"}))
+        for i, client in enumerate(subs):
+            await client.expect_receipt(f"sub{i}")
+        receivers = [asyncio.ensure_future(receive(i, c)) for i, c in enumerate(subs)]
+        start = time.perf_counter()
+        try:
+            stats = await publish(port, dest, messages, 10, False, 256, receipt_every=100)
+            await asyncio.gather(*receivers)
+        finally:
+            for task in receivers:
+                task.cancel()
+            await asyncio.gather(*receivers, return_exceptions=True)
+        elapsed = max(finished) - start
+    finally:
+        await asyncio.gather(*(c.close() for c in subs))
+        await rabbit.cleanup_topic(key)
+    return {"value": messages * subscribers / elapsed, "elapsed_s": elapsed,
+            "receipts_out_of_order": stats["receipts_out_of_order"]}
+
+
+def percentile(sorted_values: list[float], p: float) -> float:
+    k = (len(sorted_values) - 1) * p / 100
+    lo = int(k)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (k - lo)
+
+
+async def scenario_pingpong(port: int, rabbit: Rabbit, rounds: int, warmup: int = 100) -> dict:
+    """One connection: SEND to its own queue, wait for the MESSAGE, repeat. Round trip in ms."""
+    queue = unique()
+    dest = f"/queue/{queue}"
+    client = await Client.connect(port)
+    rtts = []
+    try:
+        client.send(Frame("SUBSCRIBE", {"destination": dest, "id": "0", "ack": "auto", "receipt": "sub"}))
+        await client.expect_receipt("sub")
+        for i in range(warmup + rounds):
+            t0 = time.perf_counter()
+            client.send(Frame("SEND", {"destination": dest}, seq_body(i, 64)))
+            frame = await client.next(10, f"ping-pong MESSAGE {i}")
+            t1 = time.perf_counter()
+            if frame.command != "MESSAGE" or int(frame.body[:10]) != i:
+                raise BenchError(f"port {port}: ping {i} answered by {frame.command} {frame.body[:10]!r}")
+            if i >= warmup:
+                rtts.append((t1 - t0) * 1000)
+    finally:
+        await client.close()
+        await asyncio.to_thread(rabbit.delete_queue, queue)
+    rtts.sort()
+    return {"value": percentile(rtts, 50), "p50_ms": percentile(rtts, 50), "p90_ms": percentile(rtts, 90),
+            "p99_ms": percentile(rtts, 99), "mean_ms": statistics.fmean(rtts), "max_ms": rtts[-1]}
