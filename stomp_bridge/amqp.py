@@ -143,12 +143,14 @@ class AmqpSession:
         self.on_confirm: Callable[[int, bool, bool], None] | None = None
         self.on_closed: Callable[[StompError], None] | None = None
         self.on_cancelled: Callable[[str], None] | None = None
+        self.on_batch_end: Callable[[], None] | None = None
         self._closing = False
         # The lean paths: see the module docstring. With the bulk reader the
         # frames never reach aiormq's channel; the overrides are the fallback.
         if hooks is not None:
             hooks.on_delivery = self._deliver
             hooks.on_confirm = self._confirm
+            hooks.on_batch_end = self._batch_end
             hooks.channel = channel.number
         channel._on_deliver_frame = self._on_deliver_frame  # type: ignore[method-assign]
         channel._on_confirm_frame = self._on_confirm_frame  # type: ignore[method-assign]
@@ -254,6 +256,11 @@ class AmqpSession:
         callback = self.on_confirm
         if callback is not None:
             callback(delivery_tag, multiple, nack)
+
+    def _batch_end(self) -> None:
+        callback = self.on_batch_end
+        if callback is not None:
+            callback()
 
     async def _on_deliver_frame(self, frame: spec.Basic.Deliver) -> None:
         header = await self.channel._get_frame()

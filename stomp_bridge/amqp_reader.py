@@ -47,12 +47,15 @@ ConfirmHook = Callable[[int, bool, bool], None]
 class Hooks:
     """Where the direct path delivers; ``channel`` stays None until the channel is ready."""
 
-    __slots__ = ("channel", "on_delivery", "on_confirm")
+    __slots__ = ("channel", "on_delivery", "on_confirm", "on_batch_end")
 
     def __init__(self) -> None:
         self.channel: int | None = None
         self.on_delivery: DeliveryHook | None = None
         self.on_confirm: ConfirmHook | None = None
+        # After each socket read's frames: lets the session send its frames now,
+        # not one event-loop pass later.
+        self.on_batch_end: Callable[[], None] | None = None
 
 
 current_hooks: contextvars.ContextVar[Hooks | None] = contextvars.ContextVar(
@@ -80,6 +83,9 @@ class BulkFrameReceiver(aiormq.connection.FrameReceiver):
                 raise amqp_exc.AMQPConnectionError("Server connection unexpectedly closed")
             self._buf += data
             self._parse()
+            hooks = self.hooks
+            if hooks is not None and hooks.on_batch_end is not None:
+                self._call(hooks.on_batch_end)
         return frames.popleft()
 
     def _parse(self) -> None:

@@ -39,13 +39,17 @@ class Connection:
         self.last_read = self.last_write = self.loop.time()
         self._timers: list[asyncio.TimerHandle] = []
         self._out: list[bytes] = []
-        self.session = Session(settings, self._write, self._close, peer=self.peer, peer_name=name)
+        self.session = Session(
+            settings, self._write, self._close, peer=self.peer, peer_name=name, flush_writes=self._flush_out
+        )
 
     def _write(self, data: bytes) -> None:
-        """Coalesce frames written in one loop iteration into one socket write.
+        """Coalesce frames into one socket write.
 
         Deliveries and receipts arrive one at a time from the AMQP side; a
-        syscall each would dominate the delivery path.
+        syscall each would dominate the delivery path. The transport loop and
+        the AMQP reader flush at the end of each batch they handle; the
+        ``call_soon`` covers writes from anywhere else (timers, callbacks).
         """
         out = self._out
         if not out:
@@ -90,6 +94,7 @@ class Connection:
                     if not connected_before and session.amqp is not None:
                         self._start_heartbeats()
                 await session.flush()
+                self._flush_out()
         except StompError as exc:
             session.fail(exc)
         except (ConnectionError, OSError):

@@ -98,8 +98,10 @@ class Session:
         close_transport: Callable[[], None],
         peer: str | None = None,
         peer_name: str = "",
+        flush_writes: Callable[[], None] | None = None,
     ) -> None:
         self.settings = settings
+        self._flush_writes = flush_writes
         self.peer_name = peer_name or peer or ""  # "ip:port", for logs and the AMQP connection name
         self._write = write
         self._close_transport = close_transport
@@ -231,6 +233,7 @@ class Session:
         self.amqp.on_confirm = self._on_confirm
         self.amqp.on_closed = self.fail
         self.amqp.on_cancelled = self._on_server_cancel
+        self.amqp.on_batch_end = self._flush_writes
         self.version = version
         # The plugin's codec unescapes every frame with 1.2 rules whatever the
         # version, and escapes what it sends the same way; both sides match it.
