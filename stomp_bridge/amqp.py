@@ -1,14 +1,15 @@
 """The AMQP 0-9-1 side of one STOMP connection.
 
 aiormq owns the socket, the handshake, heart-beats and RPCs (declare, bind,
-consume, qos). The two per-message paths bypass its generic API, which costs a
+consume, qos). The per-message paths bypass its generic API, which costs a
 lock, a future and a random ``message_id`` per publish and a task per delivery:
 
-* publishes and acks are marshalled straight into a batch that is handed to
-  aiormq's writer once per chunk of client bytes (``flush``), and publisher
+* publishes and acks are encoded by ``amqp_codec`` into a batch that is handed
+  to aiormq's writer once per chunk of client bytes (``flush``); publisher
   confirms are tracked by delivery-tag ranges in the session, not by futures;
-* deliveries are read off the channel and handed synchronously to
-  ``on_delivery``.
+* deliveries and confirms are cut out of the socket's bytes by
+  ``amqp_reader`` and handed synchronously to ``on_delivery``/``on_confirm``
+  (aiormq's channel reader is the fallback if that reader cannot be installed).
 
 One channel per STOMP connection: every STOMP error ends the connection, so a
 channel error never has to be survived.
@@ -26,7 +27,6 @@ from typing import Any
 import aiormq
 import aiormq.exceptions as amqp_exc
 import pamqp.encode
-import pamqp.frame
 from aiormq.abc import ChannelFrame
 from pamqp import commands as spec
 from pamqp.header import ContentHeader
@@ -53,7 +53,6 @@ def _table_integer_as_long(value: int) -> bytes:
 
 pamqp.encode.table_integer = _table_integer_as_long
 BULK_READER = install()
-
 
 
 def broker_error(exc: BaseException) -> StompError:

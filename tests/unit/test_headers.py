@@ -43,7 +43,6 @@ def test_queue_arguments_types_and_trimming():
         "x-dead-letter-exchange": " dlx ",
         "x-dead-letter-routing-key": "rk",
         "x-queue-type": "stream",
-        "x-overflow": "reject-publish",
         "x-max-age": "1D",
         "x-stream-max-segment-size-bytes": "500000",
         "x-stream-filter-size-bytes": "32",
