@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 from typing import Any
 
@@ -143,6 +143,7 @@ class AmqpSession:
         self.on_closed: Callable[[StompError], None] | None = None
         self.on_cancelled: Callable[[str], None] | None = None
         self.on_batch_end: Callable[[], None] | None = None
+        self._hooks = hooks
         self._closing = False
         # The lean paths: see the module docstring. With the bulk reader the
         # frames never reach aiormq's channel; the overrides are the fallback.
@@ -255,6 +256,11 @@ class AmqpSession:
         callback = self.on_confirm
         if callback is not None:
             callback(delivery_tag, multiple, nack)
+
+    def set_backpressure(self, wait_writable: Callable[[], Awaitable[None]]) -> None:
+        """Read from RabbitMQ only while ``wait_writable`` says the client keeps up."""
+        if self._hooks is not None:
+            self._hooks.wait_writable = wait_writable
 
     def _batch_end(self) -> None:
         callback = self.on_batch_end

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextvars
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiormq.connection
@@ -47,7 +47,7 @@ ConfirmHook = Callable[[int, bool, bool], None]
 class Hooks:
     """Where the direct path delivers; ``channel`` stays None until the channel is ready."""
 
-    __slots__ = ("channel", "on_delivery", "on_confirm", "on_batch_end")
+    __slots__ = ("channel", "on_delivery", "on_confirm", "on_batch_end", "wait_writable")
 
     def __init__(self) -> None:
         self.channel: int | None = None
@@ -56,6 +56,10 @@ class Hooks:
         # After each socket read's frames: lets the session send its frames now,
         # not one event-loop pass later.
         self.on_batch_end: Callable[[], None] | None = None
+        # Awaited before each socket read: while the STOMP client does not drain
+        # its socket, the bridge stops reading from RabbitMQ, so TCP pushes back
+        # on the broker instead of deliveries piling up in the bridge.
+        self.wait_writable: Callable[[], Awaitable[None]] | None = None
 
 
 current_hooks: contextvars.ContextVar[Hooks | None] = contextvars.ContextVar(
@@ -75,6 +79,9 @@ class BulkFrameReceiver(aiormq.connection.FrameReceiver):
     async def get_frame(self) -> Any:
         frames = self._frames
         while not frames:
+            hooks = self.hooks
+            if hooks is not None and hooks.wait_writable is not None:
+                await hooks.wait_writable()
             try:
                 data = await self.reader.read(READ_SIZE)
             except (ConnectionError, OSError) as exc:
@@ -83,7 +90,6 @@ class BulkFrameReceiver(aiormq.connection.FrameReceiver):
                 raise amqp_exc.AMQPConnectionError("Server connection unexpectedly closed")
             self._buf += data
             self._parse()
-            hooks = self.hooks
             if hooks is not None and hooks.on_batch_end is not None:
                 self._call(hooks.on_batch_end)
         return frames.popleft()

@@ -39,8 +39,17 @@ class Connection:
         self.last_read = self.last_write = self.loop.time()
         self._timers: list[asyncio.TimerHandle] = []
         self._out: list[bytes] = []
+        self.transport.set_write_buffer_limits(
+            high=settings.write_buffer_high, low=settings.write_buffer_high // 4
+        )
         self.session = Session(
-            settings, self._write, self._close, peer=self.peer, peer_name=name, flush_writes=self._flush_out
+            settings,
+            self._write,
+            self._close,
+            peer=self.peer,
+            peer_name=name,
+            flush_writes=self._flush_out,
+            wait_writable=self._wait_writable,
         )
 
     def _write(self, data: bytes) -> None:
@@ -65,6 +74,15 @@ class Connection:
         if not self.transport.is_closing():
             self.transport.write(data)
             self.last_write = self.loop.time()
+
+    async def _wait_writable(self) -> None:
+        """Returns once the client's socket buffer is below its high-water mark."""
+        if self.transport.is_closing():
+            return
+        try:
+            await self.writer.drain()
+        except (ConnectionError, RuntimeError):
+            pass  # the connection is ending; its own loop cleans up
 
     def _close(self) -> None:
         for timer in self._timers:

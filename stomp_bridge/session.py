@@ -17,7 +17,7 @@ import asyncio
 import ipaddress
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -99,9 +99,11 @@ class Session:
         peer: str | None = None,
         peer_name: str = "",
         flush_writes: Callable[[], None] | None = None,
+        wait_writable: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.settings = settings
         self._flush_writes = flush_writes
+        self._wait_writable = wait_writable
         self.peer_name = peer_name or peer or ""  # "ip:port", for logs and the AMQP connection name
         self._write = write
         self._close_transport = close_transport
@@ -234,6 +236,8 @@ class Session:
         self.amqp.on_closed = self.fail
         self.amqp.on_cancelled = self._on_server_cancel
         self.amqp.on_batch_end = self._flush_writes
+        if self._wait_writable is not None:
+            self.amqp.set_backpressure(self._wait_writable)
         self.version = version
         # The plugin's codec unescapes every frame with 1.2 rules whatever the
         # version, and escapes what it sends the same way; both sides match it.

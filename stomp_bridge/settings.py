@@ -48,6 +48,12 @@ class Settings(BaseSettings):
     max_transaction_actions: int = 1024
     max_subscriptions: int = 10000
 
+    write_buffer_high: int = Field(
+        1024 * 1024,
+        ge=16 * 1024,
+        description="Bytes queued for a client before the bridge stops reading its deliveries "
+        "from RabbitMQ (TCP backpressure instead of memory).",
+    )
     heartbeat_tolerance: float = Field(
         2.0, ge=1.0, description="A peer silent for this many agreed intervals is disconnected."
     )

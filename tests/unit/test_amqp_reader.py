@@ -1,6 +1,5 @@
 """The bulk reader's decoding and framing, checked against pamqp's encoder (no broker)."""
 
-import asyncio
 
 import pamqp.frame
 import pytest
@@ -80,7 +79,7 @@ def make_receiver(channel: int = 1):
     hooks.channel = channel
     token = current_hooks.set(hooks)
     try:
-        receiver = BulkFrameReceiver(asyncio.StreamReader())
+        receiver = BulkFrameReceiver(reader=None)  # _parse is fed directly; nothing is read
     finally:
         current_hooks.reset(token)
     return receiver, got
