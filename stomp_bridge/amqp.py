@@ -242,7 +242,15 @@ class AmqpSession:
         try:
             queue.put_nowait(frame)
         except asyncio.QueueFull:
-            await queue.put(frame)
+            # Wait for room, but not past the connection's end: a dead writer never makes room.
+            put = asyncio.ensure_future(queue.put(frame))
+            closing = self.connection.closing
+            await asyncio.wait((put, closing), return_when=asyncio.FIRST_COMPLETED)
+            if not put.done():
+                put.cancel()
+                raise BrokerError(
+                    "Broker connection lost", "The connection to RabbitMQ closed; reconnect to retry."
+                )
 
     def _deliver(
         self, consumer_tag: str, delivery_tag: int, redelivered: bool, exchange: str,

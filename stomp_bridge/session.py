@@ -187,6 +187,8 @@ class Session:
         except Exception:  # noqa: BLE001 - the socket may already be gone
             pass
         self.closed = True
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)  # a DISCONNECT waiting for confirms ends, unreceipted
         self._close_transport()
 
     async def close(self) -> None:

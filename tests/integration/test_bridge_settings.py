@@ -340,6 +340,29 @@ def test_nacked_publish_error_carries_receipt_id_of_rejected_send(bridge, dial, 
     assert error.get("receipt-id") == "r-2", error.headers
 
 
+def test_disconnect_waiting_for_a_nacked_publish_ends_with_error_and_releases_the_connection(
+    bridge, dial, rabbit, queues, unique
+):
+    name = f"reject-bye-{unique}"
+    rabbit.declare_queue(name, arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
+    queues.append(name)
+    server = bridge()
+    conn = dial(server)
+    conn.connect()
+    headers = {"destination": f"/amq/queue/{name}", "persistent": "true"}
+    conn.receipt("SEND", headers, "first", receipt_id="r-1")
+    # One write, so the DISCONNECT is already waiting for confirms when the nack comes.
+    conn.send_raw(build_frame("SEND", headers, "refused") + build_frame("DISCONNECT", {"receipt": "bye"}))
+    frames = conn.read_until_closed()
+    assert [f.command for f in frames] == ["ERROR"], [(f.command, f.headers) for f in frames]
+    assert frames[0]["message"] == "Message rejected"
+    # The server side of the connection ends too (it used to wait for confirms forever).
+    deadline = time.monotonic() + 10
+    while server._server.connection_count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server._server.connection_count == 0
+
+
 # -- stream filtering on an old broker ------------------------------------------------
 
 
