@@ -246,6 +246,7 @@ class AmqpSession:
             put = asyncio.ensure_future(queue.put(frame))
             closing = self.connection.closing
             await asyncio.wait((put, closing), return_when=asyncio.FIRST_COMPLETED)
+            closing.cancel()  # only this observer; the connection is untouched
             if not put.done():
                 put.cancel()
                 raise BrokerError(
