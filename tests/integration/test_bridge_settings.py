@@ -230,6 +230,26 @@ def test_user_not_in_loopback_users_connects_from_non_loopback_address(bridge, d
 # -- implicit_connect -----------------------------------------------------------------
 
 
+def test_default_topic_exchange_carries_topic_destinations(bridge, dial, rabbit, unique):
+    exchange = f"topics-{unique}"
+    rabbit.request("PUT", f"/exchanges/%2F/{exchange}", {"type": "topic", "durable": False, "auto_delete": False})
+    try:
+        server = bridge(default_topic_exchange=exchange)
+        conn = dial(server)
+        conn.connect()
+        conn.subscribe(f"/topic/t.{unique}", sub_id="t")
+        queue = next(q["name"] for q in rabbit.queues() if any(
+            b["source"] == exchange for b in rabbit.bindings(q["name"])))
+        assert queue.startswith("stomp-subscription-")
+        conn.receipt("SEND", {"destination": f"/topic/t.{unique}"}, "via custom exchange")
+        msg = conn.expect("MESSAGE")
+        assert msg.body == b"via custom exchange"
+        # The plugin's MESSAGE rule names amq.topic only; another exchange shows as /exchange/.
+        assert msg["destination"] == f"/exchange/{exchange}/t.{unique}"
+    finally:
+        rabbit.request("DELETE", f"/exchanges/%2F/{exchange}")
+
+
 def test_implicit_connect_logs_in_on_first_send_without_connected(bridge, dial, rabbit, queues, unique):
     name = f"implicit-{unique}"
     queues.append(name)
