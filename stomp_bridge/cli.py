@@ -27,6 +27,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"stomp-bridge {__version__}")
     parser.add_argument("--host", help="interface to listen on (default 0.0.0.0)")
     parser.add_argument("--port", type=int, help="STOMP TCP port (default 61613)")
+    parser.add_argument(
+        "--http-port", type=int, help="port of /metrics, /healthz, /readyz (default 9410; 0 picks one)"
+    )
     parser.add_argument("--amqp-url", help="RabbitMQ URL (default amqp://guest:guest@localhost:5672/)")
     parser.add_argument("--default-user", help="login used when CONNECT has none (default guest)")
     parser.add_argument("--default-pass", help="passcode used with --default-user")
@@ -86,8 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         runner(_serve(settings))
     except OSError as exc:
-        print(f"stomp-bridge: cannot listen on {settings.host}:{settings.port}: {exc.strerror}. "
-              "Choose another port with --port or STOMP_BRIDGE_PORT.", file=sys.stderr)
+        print(f"stomp-bridge: cannot listen (STOMP {settings.host}:{settings.port}, HTTP "
+              f"{settings.http_host}:{settings.http_port}): {exc.strerror or exc}. Choose other ports "
+              "with --port / --http-port or STOMP_BRIDGE_PORT / STOMP_BRIDGE_HTTP_PORT.", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         pass

@@ -11,9 +11,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import urllib.parse
 from typing import Any
 
 from .protocol.errors import ProtocolError, StompError
+from .http import OpsServer
+from .metrics import Counters, Metrics
+from .protocol.frames import Frame, serialize
 from .session import Session
 from .settings import Settings
 
@@ -26,8 +30,13 @@ class Connection:
     """One client socket: bytes to frames to the session, and heart-beats."""
 
     def __init__(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, settings: Settings
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        settings: Settings,
+        counters: Counters,
     ) -> None:
+        self.counters = counters
         self.reader = reader
         self.writer = writer
         self.settings = settings
@@ -50,6 +59,7 @@ class Connection:
             peer_name=name,
             flush_writes=self._flush_out,
             wait_writable=self._wait_writable,
+            counters=counters,
         )
 
     def _write(self, data: bytes) -> None:
@@ -74,6 +84,7 @@ class Connection:
         if not self.transport.is_closing():
             self.transport.write(data)
             self.last_write = self.loop.time()
+            self.counters.bytes_out += len(data)
 
     async def _wait_writable(self) -> None:
         """Returns once the client's socket buffer is below its high-water mark."""
@@ -95,6 +106,9 @@ class Connection:
     async def run(self) -> None:
         session = self.session
         parser = session.parser
+        counters = self.counters
+        frames_in = counters.frames_in
+        started = self.loop.time()
         self._timers.append(self.loop.call_later(self.settings.connect_timeout, self._connect_timeout))
         try:
             while not session.closed:
@@ -102,11 +116,13 @@ class Connection:
                 if not data:
                     break
                 self.last_read = self.loop.time()
+                counters.bytes_in += len(data)
                 parser.feed(data)
                 while not session.closed:
                     frame = parser.next_frame()
                     if frame is None:
                         break
+                    frames_in[frame.command] += 1
                     connected_before = session.amqp is not None
                     await session.handle(frame)
                     if not connected_before and session.amqp is not None:
@@ -123,6 +139,19 @@ class Connection:
         finally:
             self._close()
             await session.close()
+            reason = session.close_reason or "client closed"
+            counters.connections_closed[reason] += 1
+            log.info(
+                "connection closed",
+                extra={
+                    "peer": session.peer_name,
+                    "user": session.user,
+                    "vhost": session.vhost,
+                    "seconds": round(self.loop.time() - started, 3),
+                    "reason": reason,
+                    "detail": session.close_detail,
+                },
+            )
 
     def _connect_timeout(self) -> None:
         if self.session.amqp is None and not self.session.closed:
@@ -140,7 +169,9 @@ class Connection:
         if send_ms:
             self._schedule_send(send_ms / 1000)
         if recv_ms:
-            self._schedule_check(recv_ms / 1000 * self.settings.heartbeat_tolerance)
+            self._schedule_check(recv_ms / 1000 * self.settings.heartbeat_tolerance, heartbeat=True)
+        elif self.settings.idle_timeout:
+            self._schedule_check(self.settings.idle_timeout, heartbeat=False)
 
     def _schedule_send(self, interval: float) -> None:
         def beat() -> None:
@@ -154,19 +185,26 @@ class Connection:
 
         self._timers.append(self.loop.call_later(interval, beat))
 
-    def _schedule_check(self, limit: float) -> None:
+    def _schedule_check(self, limit: float, *, heartbeat: bool) -> None:
         def check() -> None:
             if self.session.closed:
                 return
             silent = self.loop.time() - self.last_read
             if silent >= limit:
-                self.session.fail(
-                    ProtocolError(
+                if heartbeat:
+                    self.counters.heartbeat_timeouts += 1
+                    error = ProtocolError(
                         "Heart-beat timeout",
                         f"Nothing received from the client for {silent:.1f} s "
                         f"(agreed heart-beat {self.session.heartbeat[1]} ms)",
                     )
-                )
+                else:
+                    error = ProtocolError(
+                        "Idle timeout",
+                        f"Nothing received for {silent:.1f} s; send heart-beats to keep an idle "
+                        "connection (the bridge's idle_timeout)",
+                    )
+                self.session.fail(error)
                 return
             self._timers.append(self.loop.call_later(limit - silent, check))
 
@@ -174,12 +212,17 @@ class Connection:
 
 
 class BridgeServer:
-    """The STOMP listener(s) and the registry of live connections."""
+    """The STOMP listener, the operations endpoint, and the registry of live connections."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._server: asyncio.base_events.Server | None = None
         self._connections: dict[asyncio.Task[Any], Connection] = {}
+        self._per_ip: dict[str, int] = {}
+        self._closing = False
+        self.metrics = Metrics(self._live)
+        self.counters = self.metrics.counters
+        self.ops: OpsServer | None = None
 
     @property
     def port(self) -> int:
@@ -187,13 +230,51 @@ class BridgeServer:
         return self._server.sockets[0].getsockname()[1]
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(
-            self._handle, self.settings.host, self.settings.port, limit=READ_SIZE
-        )
+        s = self.settings
+        self._server = await asyncio.start_server(self._handle, s.host, s.port, limit=READ_SIZE)
+        if s.http_port is not None:
+            self.ops = OpsServer(s.http_host, s.http_port, self.metrics.render, self.ready)
+            await self.ops.start()
         log.info(
             "stomp-bridge listening",
-            extra={"host": self.settings.host, "port": self.port, "amqp": _censor(self.settings.amqp_url)},
+            extra={
+                "host": s.host,
+                "port": self.port,
+                "http_port": self.ops.port if self.ops else None,
+                "amqp": _censor(s.amqp_url),
+            },
         )
+
+    def _live(self) -> dict[str, float]:
+        connections = list(self._connections.values())
+        return {
+            "connections": len(connections),
+            "receipts_pending": sum(c.session.receipts_pending for c in connections),
+        }
+
+    async def ready(self) -> tuple[bool, str]:
+        """Ready while accepting STOMP connections and RabbitMQ answers on its AMQP port."""
+        if self._closing or self._server is None or not self._server.is_serving():
+            return False, "not accepting connections"
+        parts = urllib.parse.urlsplit(self.settings.amqp_url)
+        host = parts.hostname or "localhost"
+        port = parts.port or (5671 if parts.scheme == "amqps" else 5672)
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 2.0)
+        except (OSError, asyncio.TimeoutError) as exc:
+            return False, f"RabbitMQ at {host}:{port} is not reachable ({exc.__class__.__name__})"
+        writer.close()
+        return True, "ready"
+
+    def _refusal(self, peer: str | None) -> tuple[str, str] | None:
+        s = self.settings
+        if s.max_connections and len(self._connections) >= s.max_connections:
+            return "total", f"The bridge holds its limit of {s.max_connections} connections; retry later."
+        if peer is not None and s.max_connections_per_ip and self._per_ip.get(peer, 0) >= s.max_connections_per_ip:
+            return "per_ip", (
+                f"{peer} already holds {s.max_connections_per_ip} connections, the per-address limit."
+            )
+        return None
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         sock = writer.get_extra_info("socket")
@@ -202,14 +283,33 @@ class BridgeServer:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except OSError:
                 pass
+        peername = writer.get_extra_info("peername")
+        peer = peername[0] if isinstance(peername, tuple) else None
+        refusal = self._refusal(peer)
+        if refusal is not None:
+            limit, detail = refusal
+            self.counters.connections_refused[limit] += 1
+            headers = {"message": "Too many connections", "content-type": "text/plain"}
+            writer.write(serialize(Frame("ERROR", headers, detail.encode()), "1.2"))
+            writer.close()
+            return
         task = asyncio.current_task()
         assert task is not None
-        connection = Connection(reader, writer, self.settings)
+        connection = Connection(reader, writer, self.settings, self.counters)
         self._connections[task] = connection
+        self.counters.connections_opened += 1
+        if peer is not None:
+            self._per_ip[peer] = self._per_ip.get(peer, 0) + 1
         try:
             await connection.run()
         finally:
             self._connections.pop(task, None)
+            if peer is not None:
+                left = self._per_ip.get(peer, 1) - 1
+                if left:
+                    self._per_ip[peer] = left
+                else:
+                    self._per_ip.pop(peer, None)
 
     @property
     def connection_count(self) -> int:
@@ -222,6 +322,7 @@ class BridgeServer:
         closes), so each closes its AMQP connection cleanly; whatever has not
         finished after ``grace`` seconds is cancelled.
         """
+        self._closing = True
         if self._server is not None:
             self._server.close()
         for connection in list(self._connections.values()):
@@ -237,6 +338,8 @@ class BridgeServer:
                 await asyncio.gather(*pending, return_exceptions=True)
         if self._server is not None:
             await self._server.wait_closed()
+        if self.ops is not None:
+            await self.ops.close()
 
     async def serve_forever(self) -> None:
         await self.start()
@@ -245,8 +348,6 @@ class BridgeServer:
 
 
 def _censor(url: str) -> str:
-    import urllib.parse
-
     parts = urllib.parse.urlsplit(url)
     if parts.password:
         netloc = parts.netloc.replace(f":{parts.password}@", ":***@")

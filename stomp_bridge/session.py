@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+from time import monotonic
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import __version__
 from .amqp import AmqpSession, broker_error
+from .metrics import Counters
 from .protocol import destinations as dest
 from .protocol import headers as hdr
 from .protocol.errors import AccessRefused, BrokerError, ProtocolError, StompError
@@ -100,8 +102,14 @@ class Session:
         peer_name: str = "",
         flush_writes: Callable[[], None] | None = None,
         wait_writable: Callable[[], Awaitable[None]] | None = None,
+        counters: Counters | None = None,
     ) -> None:
         self.settings = settings
+        self.counters = counters if counters is not None else Counters()
+        self.user = ""
+        self.vhost = ""
+        self.close_reason = ""  # why the connection ended, for the log and metrics
+        self.close_detail = ""
         self._flush_writes = flush_writes
         self._wait_writable = wait_writable
         self.peer_name = peer_name or peer or ""  # "ip:port", for logs and the AMQP connection name
@@ -125,7 +133,7 @@ class Session:
         self.declared_queues: set[str] = set()
         self.reply_queues: dict[str, str] = {}  # /temp-queue/<id> -> queue name
         self.transactions: dict[str, list[Frame]] = {}
-        self._unconfirmed: dict[int, None] = {}  # ordered set of publish sequence numbers
+        self._unconfirmed: dict[int, float] = {}  # publish sequence number -> when, in order
         self._receipts: deque[tuple[int, str, bytes]] = deque()  # (last publish it covers, id, frame)
         self._drained: asyncio.Future[None] | None = None
 
@@ -177,7 +185,14 @@ class Session:
         if error.headers:
             headers.update(error.headers)
         body = error.detail.encode("utf-8")
-        log.info(
+        counters = self.counters
+        counters.errors[error.message] += 1
+        counters.frames_out["ERROR"] += 1
+        if isinstance(error, AccessRefused):
+            counters.auth_failures += 1
+        self.close_reason = error.message
+        self.close_detail = error.private or error.detail
+        log.debug(
             "stomp error sent",
             extra={"peer": self.peer_name, "error": error.message, "detail": error.detail,
                    "private": error.private},
@@ -200,6 +215,10 @@ class Session:
         amqp, self.amqp = self.amqp, None
         if amqp is not None:
             await amqp.close()
+
+    @property
+    def receipts_pending(self) -> int:
+        return len(self._receipts)
 
     # -- CONNECT ------------------------------------------------------------------
 
@@ -225,17 +244,23 @@ class Session:
         cx, cy = parse_heartbeat(headers.get("heart-beat", "0,0"))
         if login in s.loopback_users and not _is_loopback(self.peer):
             raise AccessRefused("Bad CONNECT", "non-loopback access denied")
-        self.amqp = await AmqpSession.open(
+        try:
+            amqp = await AmqpSession.open(
             s.amqp_url,
             login,
             passcode or "",
             vhost,
-            client_name=f"stomp-bridge {self.peer_name} ({login})",
-            heartbeat=s.amqp_heartbeat,
-        )
+                client_name=f"stomp-bridge {self.peer_name} ({login})",
+                heartbeat=s.amqp_heartbeat,
+            )
+        except BrokerError:
+            self.counters.amqp_connection_failures += 1
+            raise
+        self.amqp = amqp
+        self.user, self.vhost = login, vhost
         self.amqp.on_delivery = self._on_delivery
         self.amqp.on_confirm = self._on_confirm
-        self.amqp.on_closed = self.fail
+        self.amqp.on_closed = self._on_amqp_closed
         self.amqp.on_cancelled = self._on_server_cancel
         self.amqp.on_batch_end = self._flush_writes
         if self._wait_writable is not None:
@@ -262,7 +287,13 @@ class Session:
         if not s.hide_server_info:
             # Clients match on "RabbitMQ/"; the comment (STOMP 1.2 grammar) names the bridge.
             out["server"] = f"RabbitMQ/{self.amqp.broker_version_text} (stomp-bridge/{__version__})"
+        self.counters.frames_out["CONNECTED"] += 1
         self._write(serialize(Frame("CONNECTED", out), version))
+
+    def _on_amqp_closed(self, error: StompError) -> None:
+        if not self.closed:
+            self.counters.amqp_connection_failures += 1
+        self.fail(error)
 
     # -- DISCONNECT ---------------------------------------------------------------
 
@@ -310,7 +341,8 @@ class Session:
             seq = amqp.publish(target.exchange, target.routing_key, props, frame.body)
         except ValueError as exc:  # a value AMQP cannot carry, e.g. a 300-byte routing key
             raise ProtocolError("Invalid header", f"{exc}\n") from None
-        self._unconfirmed[seq] = None
+        self._unconfirmed[seq] = monotonic()
+        self.counters.messages_published += 1
 
     async def _declare(self, plan: dest.QueueDeclare) -> str:
         name = await self._amqp().declare_queue(
@@ -432,6 +464,8 @@ class Session:
         )
         if sub.ack:
             self.unacked[delivery_tag] = sub
+        self.counters.messages_delivered += 1
+        self.counters.frames_out["MESSAGE"] += 1
         self._write(self._encode(Frame("MESSAGE", headers, body)))
 
     # -- ACK / NACK ---------------------------------------------------------------
@@ -551,6 +585,7 @@ class Session:
 
     def _queue_receipt(self, receipt: str) -> None:
         data = self._encode(Frame("RECEIPT", {"receipt-id": receipt}))
+        self.counters.frames_out["RECEIPT"] += 1
         if not self._unconfirmed and not self._receipts:
             self._write(data)
         else:
@@ -572,14 +607,18 @@ class Session:
             )
             return
         unconfirmed = self._unconfirmed
+        observe = self.counters.confirm_latency.observe
+        now = monotonic()
         if multiple:
             while unconfirmed:
                 first = next(iter(unconfirmed))
                 if first > tag:
                     break
-                del unconfirmed[first]
+                observe(now - unconfirmed.pop(first))
         else:
-            unconfirmed.pop(tag, None)
+            sent = unconfirmed.pop(tag, None)
+            if sent is not None:
+                observe(now - sent)
         lowest = next(iter(unconfirmed)) if unconfirmed else None
         receipts = self._receipts
         while receipts and (lowest is None or receipts[0][0] < lowest):

@@ -54,6 +54,18 @@ class Settings(BaseSettings):
         description="Bytes queued for a client before the bridge stops reading its deliveries "
         "from RabbitMQ (TCP backpressure instead of memory).",
     )
+    max_connections: int = Field(0, ge=0, description="Open STOMP connections at most (0: no limit).")
+    max_connections_per_ip: int = Field(0, ge=0, description="Per client address (0: no limit).")
+    idle_timeout: float = Field(
+        0.0,
+        ge=0,
+        description="Seconds without a byte from a client that agreed no heart-beats before it is "
+        "dropped, like Artemis' connection TTL (0: never).",
+    )
+    http_host: str = Field("0.0.0.0", description="Interface of the /metrics, /healthz, /readyz endpoint.")
+    http_port: int | None = Field(
+        9410, ge=0, le=65535, description="Port of that endpoint (0 picks a free one; unset to disable)."
+    )
     heartbeat_tolerance: float = Field(
         2.0, ge=1.0, description="A peer silent for this many agreed intervals is disconnected."
     )

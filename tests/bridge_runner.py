@@ -11,6 +11,7 @@ from stomp_bridge.settings import Settings
 
 class BridgeThread:
     def __init__(self, amqp_url: str, host: str = "127.0.0.1", **settings: object) -> None:
+        settings.setdefault("http_port", None)  # tests that want the endpoint ask for port 0
         self.settings = Settings(host=host, port=0, amqp_url=amqp_url, **settings)
         self.port = 0
         self._ready = threading.Event()

@@ -14,7 +14,7 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 def start_bridge(port: int) -> subprocess.Popen:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "stomp_bridge", "--port", str(port), "--log-level", "WARNING"],
+        [sys.executable, "-m", "stomp_bridge", "--port", str(port), "--http-port", "0", "--log-level", "WARNING"],
         cwd=ROOT,
     )
     for _ in range(100):

@@ -118,6 +118,7 @@ class CliProcess:
     def __init__(self, args: list[str], env_overrides: dict[str, str] | None = None) -> None:
         env = {k: v for k, v in os.environ.items()
                if not k.startswith("STOMP_BRIDGE_") or k.startswith("STOMP_BRIDGE_TEST_")}
+        env["STOMP_BRIDGE_HTTP_PORT"] = "0"  # a free port: tests never collide on the default 9410
         env.update(env_overrides or {})
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "stomp_bridge", *args],

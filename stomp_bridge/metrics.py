@@ -1,0 +1,140 @@
+"""Every Prometheus metric of the bridge, in one place.
+
+The hot paths only add to plain integers on a :class:`Counters` object (one
+dict lookup and an add, no lock, no label resolution); a custom collector
+turns them into metric families when ``/metrics`` is scraped. Gauges that
+describe the present (open connections, receipts waiting for confirms) are
+read from the live sessions at scrape time.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+# Seconds from publish to RabbitMQ's confirm.
+CONFIRM_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class Histogram:
+    """Bucket counts without a lock: the bridge observes from one event loop."""
+
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+    def buckets(self) -> list[tuple[str, int]]:
+        out, total = [], 0
+        for bound, count in zip(self.bounds, self.counts):
+            total += count
+            out.append((repr(bound), total))
+        out.append(("+Inf", total + self.counts[-1]))
+        return out
+
+
+class Counters:
+    """Running totals, added to on the hot paths."""
+
+    def __init__(self) -> None:
+        self.connections_opened = 0
+        self.connections_closed: defaultdict[str, int] = defaultdict(int)  # by reason
+        self.frames_in: defaultdict[str, int] = defaultdict(int)  # by command
+        self.frames_out: defaultdict[str, int] = defaultdict(int)
+        self.bytes_in = 0
+        self.bytes_out = 0
+        self.messages_published = 0
+        self.messages_delivered = 0
+        self.errors: defaultdict[str, int] = defaultdict(int)  # ERROR frames by message
+        self.amqp_connection_failures = 0
+        self.heartbeat_timeouts = 0
+        self.auth_failures = 0
+        self.connections_refused: defaultdict[str, int] = defaultdict(int)  # by limit
+        self.confirm_latency = Histogram(CONFIRM_BUCKETS)
+
+
+class BridgeCollector(Collector):
+    def __init__(self, counters: Counters, live: Callable[[], dict[str, float]]) -> None:
+        self.counters = counters
+        self.live = live
+
+    def collect(self) -> Iterable[Any]:
+        c = self.counters
+        live = self.live()
+        yield _gauge("stomp_bridge_connections", "Open STOMP connections.", live["connections"])
+        yield _gauge(
+            "stomp_bridge_receipts_pending",
+            "RECEIPT frames waiting for RabbitMQ to confirm earlier publishes.",
+            live["receipts_pending"],
+        )
+        yield _counter("stomp_bridge_connections_opened", "STOMP connections accepted.", c.connections_opened)
+        yield _labelled(
+            "stomp_bridge_connections_closed", "STOMP connections closed, by reason.", "reason",
+            c.connections_closed,
+        )
+        yield _labelled(
+            "stomp_bridge_connections_refused", "STOMP connections refused by a limit.", "limit",
+            c.connections_refused,
+        )
+        yield _labelled("stomp_bridge_frames_received", "Frames from clients, by command.", "command", c.frames_in)
+        yield _labelled("stomp_bridge_frames_sent", "Frames to clients, by command.", "command", c.frames_out)
+        yield _counter("stomp_bridge_received_bytes", "Bytes read from STOMP clients.", c.bytes_in)
+        yield _counter("stomp_bridge_sent_bytes", "Bytes written to STOMP clients.", c.bytes_out)
+        yield _counter("stomp_bridge_messages_published", "Messages published to RabbitMQ.", c.messages_published)
+        yield _counter(
+            "stomp_bridge_messages_delivered", "Messages delivered to STOMP clients.", c.messages_delivered
+        )
+        yield _labelled("stomp_bridge_errors", "ERROR frames sent, by their message.", "reason", c.errors)
+        yield _counter(
+            "stomp_bridge_amqp_connection_failures",
+            "AMQP connections to RabbitMQ that could not be opened or were lost.",
+            c.amqp_connection_failures,
+        )
+        yield _counter(
+            "stomp_bridge_heartbeat_timeouts", "Clients dropped for missing heart-beats.", c.heartbeat_timeouts
+        )
+        yield _counter("stomp_bridge_auth_failures", "CONNECTs refused by authentication.", c.auth_failures)
+        hist = HistogramMetricFamily(
+            "stomp_bridge_publish_confirm_seconds", "Time from publish to RabbitMQ's confirm."
+        )
+        hist.add_metric([], c.confirm_latency.buckets(), c.confirm_latency.sum)
+        yield hist
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, value=value)
+
+
+def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(name, doc, value=value)
+
+
+def _labelled(name: str, doc: str, label: str, values: dict[str, int]) -> CounterMetricFamily:
+    family = CounterMetricFamily(name, doc, labels=[label])
+    for key, value in sorted(values.items()):
+        family.add_metric([key], value)
+    return family
+
+
+class Metrics:
+    """The registry one bridge serves on ``/metrics``."""
+
+    def __init__(self, live: Callable[[], dict[str, float]]) -> None:
+        self.counters = Counters()
+        self.registry = CollectorRegistry()
+        self.registry.register(BridgeCollector(self.counters, live))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

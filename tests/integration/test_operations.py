@@ -1,0 +1,170 @@
+"""Operations: /metrics, /healthz, /readyz, connection limits, idle timeout, close log lines."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from tests.bridge_runner import BridgeThread
+from tests.integration.rawstomp import RawStomp
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("STOMP_BRIDGE_TEST_TARGET") == "native", reason="the bridge's own endpoints"
+)
+
+
+@pytest.fixture
+def bridge(broker):
+    started: list[BridgeThread] = []
+
+    def make(**settings: object) -> BridgeThread:
+        settings.setdefault("http_port", 0)
+        thread = BridgeThread(settings.pop("amqp_url", broker.amqp_url), **settings)
+        thread.start()
+        started.append(thread)
+        return thread
+
+    yield make
+    for thread in started:
+        thread.stop()
+
+
+@pytest.fixture
+def dial():
+    opened: list[RawStomp] = []
+
+    def make(server: BridgeThread, timeout: float = 5.0) -> RawStomp:
+        conn = RawStomp(("127.0.0.1", server.port), timeout=timeout)
+        opened.append(conn)
+        return conn
+
+    yield make
+    for conn in opened:
+        conn.close()
+
+
+def get(server: BridgeThread, path: str) -> tuple[int, str]:
+    url = f"http://127.0.0.1:{server._server.ops.port}{path}"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def metric(text: str, name: str, labels: str = "") -> float:
+    match = re.search(rf"^{re.escape(name)}{re.escape(labels)} (\S+)$", text, re.M)
+    return float(match.group(1)) if match else 0.0
+
+
+def test_metrics_follow_the_frames(bridge, dial, queues, unique):
+    server = bridge()
+    before = get(server, "/metrics")[1]
+    name = f"metrics-{unique}"
+    queues.append(name)
+    conn = dial(server)
+    conn.connect()
+    conn.subscribe(f"/queue/{name}")
+    for i in range(3):
+        conn.receipt("SEND", {"destination": f"/queue/{name}", "persistent": "true"}, f"m{i}", receipt_id=f"r{i}")
+    messages = [conn.expect("MESSAGE") for _ in range(3)]
+    assert [m.body for m in messages] == [b"m0", b"m1", b"m2"]
+    status, after = get(server, "/metrics")
+    assert status == 200
+    send = 'stomp_bridge_frames_received_total{command="SEND"}'
+    assert metric(after, send) - metric(before, send) == 3
+    assert metric(after, "stomp_bridge_messages_published_total") - metric(before, "stomp_bridge_messages_published_total") == 3
+    assert metric(after, "stomp_bridge_messages_delivered_total") - metric(before, "stomp_bridge_messages_delivered_total") == 3
+    assert metric(after, 'stomp_bridge_frames_sent_total', '{command="RECEIPT"}') >= 4  # SUBSCRIBE + 3 SENDs
+    assert metric(after, "stomp_bridge_connections") == 1
+    assert metric(after, "stomp_bridge_publish_confirm_seconds_count") >= 3
+    assert metric(after, "stomp_bridge_received_bytes_total") > metric(before, "stomp_bridge_received_bytes_total")
+
+
+def test_errors_and_auth_failures_are_counted(bridge, dial):
+    server = bridge()
+    conn = dial(server)
+    conn.send_frame("CONNECT", {"accept-version": "1.2", "login": "guest", "passcode": "wrong"})
+    assert conn.error_then_close()["message"] == "Bad CONNECT"
+    text = get(server, "/metrics")[1]
+    assert metric(text, "stomp_bridge_auth_failures_total") == 1
+    assert metric(text, "stomp_bridge_errors_total", '{reason="Bad CONNECT"}') == 1
+
+
+def test_health_and_readiness(bridge):
+    server = bridge()
+    assert get(server, "/healthz") == (200, "ok\n")
+    assert get(server, "/readyz") == (200, "ready\n")
+    assert get(server, "/nope")[0] == 404
+
+
+def test_not_ready_when_rabbitmq_does_not_answer(bridge):
+    server = bridge(amqp_url="amqp://guest:guest@127.0.0.1:1/")
+    status, body = get(server, "/readyz")
+    assert status == 503
+    assert "127.0.0.1:1" in body and "not reachable" in body
+
+
+def test_total_connection_limit_refuses_with_an_error(bridge, dial):
+    server = bridge(max_connections=2)
+    first, second = dial(server), dial(server)
+    first.connect()
+    second.connect()
+    third = dial(server)
+    error = third.error_then_close()
+    assert error["message"] == "Too many connections"
+    assert "2 connections" in error.text
+    assert metric(get(server, "/metrics")[1], "stomp_bridge_connections_refused_total", '{limit="total"}') == 1
+    first.receipt("SEND", {"destination": "/topic/still-fine"}, "x")
+
+
+def test_per_address_connection_limit(bridge, dial):
+    server = bridge(max_connections_per_ip=1)
+    first = dial(server)
+    first.connect()
+    error = dial(server).error_then_close()
+    assert error["message"] == "Too many connections"
+    assert "127.0.0.1" in error.text
+    first.send_frame("DISCONNECT", {"receipt": "bye"})
+    first.read_until_closed()
+    # The address's slot is free again once its connection is gone.
+    deadline = time.monotonic() + 5
+    while server._server.connection_count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    dial(server).connect()
+
+
+def test_idle_timeout_drops_a_silent_client_without_heart_beats(bridge, dial):
+    server = bridge(idle_timeout=1.0)
+    conn = dial(server, timeout=10)
+    conn.connect(heart_beat="0,0")
+    started = time.monotonic()
+    error = conn.error_then_close(timeout=10)
+    assert error["message"] == "Idle timeout"
+    assert 0.9 <= time.monotonic() - started <= 5
+
+
+def test_one_info_line_when_a_connection_closes(bridge, dial, caplog):
+    caplog.set_level(logging.INFO, logger="stomp_bridge")
+    server = bridge()
+    conn = dial(server)
+    conn.connect()
+    conn.send_frame("DISCONNECT", {"receipt": "bye"})
+    conn.read_until_closed()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        closed = [r for r in caplog.records if r.getMessage() == "connection closed"]
+        if closed:
+            break
+        time.sleep(0.05)
+    assert len(closed) == 1
+    record = closed[0]
+    assert record.user == "guest" and record.vhost == "/"
+    assert record.reason == "client closed"
+    assert record.peer.startswith("127.0.0.1:")
