@@ -33,6 +33,7 @@ from pamqp.header import ContentHeader
 
 from .amqp_codec import encode_ack, encode_nack, encode_publish
 from .amqp_reader import DeliveryHook, Hooks, current_hooks, install
+from .endpoints import Endpoints
 from .protocol.errors import AccessRefused, BrokerError, ProtocolError, StompError
 
 log = logging.getLogger(__name__)
@@ -161,29 +162,66 @@ class AmqpSession:
     @classmethod
     async def open(
         cls,
-        base_url: str,
+        endpoints: Endpoints,
         login: str,
         passcode: str,
         vhost: str,
         *,
         client_name: str,
         heartbeat: int = 60,
+        timeout: float = 10.0,
     ) -> AmqpSession:
+        """Log in as the STOMP user on the first RabbitMQ node that answers.
+
+        A node that cannot be reached is skipped (and backs off); a refused
+        login or vhost is the client's answer, from whichever node gave it.
+        """
+        failures = []
+        for index in endpoints.order():
+            try:
+                connection, hooks = await cls._connect(
+                    endpoints.urls[index], login, passcode, vhost, client_name, heartbeat, timeout
+                )
+            except AccessRefused:
+                endpoints.succeeded(index)
+                raise
+            except (OSError, amqp_exc.AMQPError, asyncio.TimeoutError) as exc:
+                endpoints.failed(index)
+                host, port = endpoints.address(index)
+                failures.append(f"{host}:{port}: {exc!r}")
+                continue
+            endpoints.succeeded(index)
+            try:
+                channel = await connection.channel(publisher_confirms=True)
+            except BaseException:
+                await connection.close()
+                raise
+            return cls(connection, channel, hooks if BULK_READER else None)
+        raise BrokerError(
+            "Broker unavailable",
+            f"None of the {len(endpoints.urls)} RabbitMQ node(s) answered; try again later.",
+            private="; ".join(failures),
+        )
+
+    @staticmethod
+    async def _connect(
+        base_url: str, login: str, passcode: str, vhost: str, client_name: str, heartbeat: int,
+        timeout: float,
+    ) -> tuple[aiormq.Connection, Hooks]:
         url = _vhost_url(base_url, login, passcode, vhost)
         sep = "&" if "?" in url else "?"
         url += f"{sep}heartbeat={heartbeat}"
         hooks = Hooks()
         token = current_hooks.set(hooks)
         try:
-            connection = await aiormq.connect(
-                url,
-                client_properties={"connection_name": client_name, "product": "stomp-bridge"},
+            connection = await asyncio.wait_for(
+                aiormq.connect(
+                    url,
+                    client_properties={"connection_name": client_name, "product": "stomp-bridge"},
+                ),
+                timeout,
             )
-        except amqp_exc.ProbableAuthenticationError as exc:
-            raise AccessRefused(
-                "Bad CONNECT", f"Access refused for user '{login}'\n", private=str(exc)
-            ) from exc
-        except amqp_exc.AuthenticationError as exc:
+        except (amqp_exc.ProbableAuthenticationError, amqp_exc.AuthenticationError) as exc:
             raise AccessRefused(
                 "Bad CONNECT", f"Access refused for user '{login}'\n", private=str(exc)
             ) from exc
@@ -193,20 +231,9 @@ class AmqpSession:
             raise AccessRefused(
                 "Bad CONNECT", f"Virtual host '{vhost}' access denied", private=str(exc)
             ) from exc
-        except (OSError, amqp_exc.AMQPError, asyncio.TimeoutError) as exc:
-            raise BrokerError(
-                "Broker unavailable",
-                "The bridge could not reach RabbitMQ; try again later.",
-                private=repr(exc),
-            ) from exc
         finally:
             current_hooks.reset(token)
-        try:
-            channel = await connection.channel(publisher_confirms=True)
-        except BaseException:
-            await connection.close()
-            raise
-        return cls(connection, channel, hooks if BULK_READER else None)
+        return connection, hooks
 
     # -- the lean per-message paths -------------------------------------------------
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
+import os
 import signal
 import sys
 
@@ -13,7 +15,7 @@ from pydantic import ValidationError
 from . import __version__
 from .logs import configure
 from .server import BridgeServer
-from .settings import Settings
+from .settings import Settings, load, masked
 
 log = logging.getLogger("stomp_bridge")
 
@@ -21,8 +23,13 @@ log = logging.getLogger("stomp_bridge")
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="stomp-bridge",
-        description="A STOMP 1.0-1.2 gateway in front of RabbitMQ. Every option can also be set "
-        "as an environment variable STOMP_BRIDGE_<NAME> (e.g. STOMP_BRIDGE_PORT).",
+        description="A STOMP 1.0-1.2 gateway in front of RabbitMQ. Every setting can also come "
+        "from an environment variable STOMP_BRIDGE_<NAME> (e.g. STOMP_BRIDGE_PORT) or a TOML/YAML "
+        "file (--config); flags win over variables, variables over the file. "
+        "`stomp-bridge config show` prints the effective configuration, secrets masked.",
+    )
+    parser.add_argument(
+        "--config", help="TOML or YAML settings file (also STOMP_BRIDGE_CONFIG)", default=None
     )
     parser.add_argument("--version", action="version", version=f"stomp-bridge {__version__}")
     parser.add_argument("--host", help="interface to listen on (default 0.0.0.0)")
@@ -47,8 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def load_settings(argv: list[str] | None = None) -> Settings:
     args = build_parser().parse_args(argv)
-    overrides = {k: v for k, v in vars(args).items() if v is not None}
-    return Settings(**overrides)
+    overrides = {k: v for k, v in vars(args).items() if v is not None and k != "config"}
+    return load(args.config or os.environ.get("STOMP_BRIDGE_CONFIG"), **overrides)
 
 
 async def _serve(settings: Settings) -> None:
@@ -71,6 +78,10 @@ async def _serve(settings: Settings) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    show = argv[:2] == ["config", "show"]
+    if show:
+        argv = argv[2:]
     try:
         settings = load_settings(argv)
     except ValidationError as exc:
@@ -78,6 +89,12 @@ def main(argv: list[str] | None = None) -> int:
             field = ".".join(str(p) for p in err["loc"])
             print(f"stomp-bridge: invalid setting {field}: {err['msg']}", file=sys.stderr)
         return 2
+    except (OSError, ValueError) as exc:
+        print(f"stomp-bridge: {exc}", file=sys.stderr)
+        return 2
+    if show:
+        print(json.dumps(masked(settings), indent=2, sort_keys=True))
+        return 0
     configure(settings.log_level, settings.log_format)
     runner = asyncio.run
     try:

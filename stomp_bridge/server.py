@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-import urllib.parse
 from typing import Any
 
 from .protocol.errors import ProtocolError, StompError
+from .endpoints import Endpoints
 from .http import OpsServer
 from .metrics import Counters, Metrics
 from .protocol.frames import Frame, serialize
@@ -35,6 +35,7 @@ class Connection:
         writer: asyncio.StreamWriter,
         settings: Settings,
         counters: Counters,
+        endpoints: Endpoints,
     ) -> None:
         self.counters = counters
         self.reader = reader
@@ -60,6 +61,7 @@ class Connection:
             flush_writes=self._flush_out,
             wait_writable=self._wait_writable,
             counters=counters,
+            endpoints=endpoints,
         )
 
     def _write(self, data: bytes) -> None:
@@ -220,6 +222,7 @@ class BridgeServer:
         self._connections: dict[asyncio.Task[Any], Connection] = {}
         self._per_ip: dict[str, int] = {}
         self._closing = False
+        self.endpoints = Endpoints(settings.amqp_url)
         self.metrics = Metrics(self._live)
         self.counters = self.metrics.counters
         self.ops: OpsServer | None = None
@@ -241,7 +244,7 @@ class BridgeServer:
                 "host": s.host,
                 "port": self.port,
                 "http_port": self.ops.port if self.ops else None,
-                "amqp": _censor(s.amqp_url),
+                "amqp": ",".join(_censor(url) for url in self.endpoints.urls),
             },
         )
 
@@ -253,18 +256,20 @@ class BridgeServer:
         }
 
     async def ready(self) -> tuple[bool, str]:
-        """Ready while accepting STOMP connections and RabbitMQ answers on its AMQP port."""
+        """Ready while accepting STOMP connections and a RabbitMQ node answers on its AMQP port."""
         if self._closing or self._server is None or not self._server.is_serving():
             return False, "not accepting connections"
-        parts = urllib.parse.urlsplit(self.settings.amqp_url)
-        host = parts.hostname or "localhost"
-        port = parts.port or (5671 if parts.scheme == "amqps" else 5672)
-        try:
-            _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 2.0)
-        except (OSError, asyncio.TimeoutError) as exc:
-            return False, f"RabbitMQ at {host}:{port} is not reachable ({exc.__class__.__name__})"
-        writer.close()
-        return True, "ready"
+        problems = []
+        for index in range(len(self.endpoints.urls)):
+            host, port = self.endpoints.address(index)
+            try:
+                _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 2.0)
+            except (OSError, asyncio.TimeoutError) as exc:
+                problems.append(f"RabbitMQ at {host}:{port} is not reachable ({exc.__class__.__name__})")
+                continue
+            writer.close()
+            return True, "ready"
+        return False, "; ".join(problems)
 
     def _refusal(self, peer: str | None) -> tuple[str, str] | None:
         s = self.settings
@@ -295,7 +300,7 @@ class BridgeServer:
             return
         task = asyncio.current_task()
         assert task is not None
-        connection = Connection(reader, writer, self.settings, self.counters)
+        connection = Connection(reader, writer, self.settings, self.counters, self.endpoints)
         self._connections[task] = connection
         self.counters.connections_opened += 1
         if peer is not None:
@@ -348,6 +353,8 @@ class BridgeServer:
 
 
 def _censor(url: str) -> str:
+    import urllib.parse
+
     parts = urllib.parse.urlsplit(url)
     if parts.password:
         netloc = parts.netloc.replace(f":{parts.password}@", ":***@")

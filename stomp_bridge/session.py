@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import __version__
 from .amqp import AmqpSession, broker_error
+from .endpoints import Endpoints
 from .metrics import Counters
 from .protocol import destinations as dest
 from .protocol import headers as hdr
@@ -103,8 +104,10 @@ class Session:
         flush_writes: Callable[[], None] | None = None,
         wait_writable: Callable[[], Awaitable[None]] | None = None,
         counters: Counters | None = None,
+        endpoints: Endpoints | None = None,
     ) -> None:
         self.settings = settings
+        self.endpoints = endpoints if endpoints is not None else Endpoints(settings.amqp_url)
         self.counters = counters if counters is not None else Counters()
         self.user = ""
         self.vhost = ""
@@ -246,12 +249,13 @@ class Session:
             raise AccessRefused("Bad CONNECT", "non-loopback access denied")
         try:
             amqp = await AmqpSession.open(
-            s.amqp_url,
-            login,
-            passcode or "",
-            vhost,
+                self.endpoints,
+                login,
+                passcode or "",
+                vhost,
                 client_name=f"stomp-bridge {self.peer_name} ({login})",
                 heartbeat=s.amqp_heartbeat,
+                timeout=s.amqp_connect_timeout,
             )
         except BrokerError:
             self.counters.amqp_connection_failures += 1

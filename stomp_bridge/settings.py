@@ -7,10 +7,19 @@ plugin finds the same knobs.
 
 from __future__ import annotations
 
-from typing import Annotated
+import urllib.parse
+from pathlib import Path
+from typing import Annotated, Any
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+    YamlConfigSettingsSource,
+)
 
 
 class Settings(BaseSettings):
@@ -22,8 +31,9 @@ class Settings(BaseSettings):
     port: int = Field(61613, ge=0, le=65535, description="STOMP TCP port (0 picks a free one).")
     amqp_url: str = Field(
         "amqp://guest:guest@localhost:5672/",
-        description="RabbitMQ to translate to. Its user and vhost are ignored: each STOMP "
-        "connection logs in as its own user on the vhost from its `host` header.",
+        description="RabbitMQ node(s), comma-separated for a cluster (amqp:// or amqps://). Their "
+        "user and vhost are ignored: each STOMP connection logs in as its own user on the vhost "
+        "from its `host` header.",
     )
 
     # The plugin's defaults: guest/guest is used when CONNECT has no login.
@@ -73,6 +83,9 @@ class Settings(BaseSettings):
         10.0, gt=0, description="Seconds a client has to send CONNECT before it is dropped."
     )
     amqp_heartbeat: int = 60
+    amqp_connect_timeout: float = Field(
+        10.0, gt=0, description="Seconds to open an AMQP connection before trying the next node."
+    )
 
     log_level: str = "INFO"
     log_format: str = Field("text", pattern="^(text|json)$")
@@ -83,3 +96,54 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return [v for v in (p.strip() for p in value.split(",")) if v]
         return value
+
+
+SECRET_FIELDS = ("default_pass",)
+
+
+def load(config_file: str | Path | None = None, **overrides: Any) -> Settings:
+    """Settings from, highest first: ``overrides`` (CLI flags), ``STOMP_BRIDGE_*``
+    environment variables, the TOML or YAML ``config_file``, defaults."""
+    if config_file is None:
+        return Settings(**overrides)
+    path = Path(config_file)
+    if not path.is_file():
+        raise FileNotFoundError(f"configuration file {path} does not exist")
+    if path.suffix not in (".toml", ".yaml", ".yml"):
+        raise ValueError(f"configuration file {path} must end in .toml, .yaml or .yml")
+
+    class FileSettings(Settings):
+        @classmethod
+        def settings_customise_sources(
+            cls,
+            settings_cls: type[BaseSettings],
+            init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource,
+            dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource,
+        ) -> tuple[PydanticBaseSettingsSource, ...]:
+            if path.suffix == ".toml":
+                file_source: PydanticBaseSettingsSource = TomlConfigSettingsSource(settings_cls, path)
+            else:
+                file_source = YamlConfigSettingsSource(settings_cls, path)
+            return init_settings, env_settings, file_source
+
+    return FileSettings(**overrides)
+
+
+def masked(settings: Settings) -> dict[str, Any]:
+    """The effective settings with passwords replaced, for ``config show`` and logs."""
+    data = settings.model_dump(mode="json")
+    for name in SECRET_FIELDS:
+        if data.get(name):
+            data[name] = "***"
+    data["amqp_url"] = ",".join(_mask_url(url) for url in settings.amqp_url.split(","))
+    return data
+
+
+def _mask_url(url: str) -> str:
+    parts = urllib.parse.urlsplit(url.strip())
+    if parts.password:
+        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+        return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+    return url.strip()

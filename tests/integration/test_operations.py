@@ -168,3 +168,22 @@ def test_one_info_line_when_a_connection_closes(bridge, dial, caplog):
     assert record.user == "guest" and record.vhost == "/"
     assert record.reason == "client closed"
     assert record.peer.startswith("127.0.0.1:")
+
+
+def test_a_dead_node_in_the_list_is_skipped(bridge, dial, broker):
+    server = bridge(amqp_url=f"amqp://guest:guest@127.0.0.1:1/,{broker.amqp_url}")
+    conn = dial(server)
+    assert conn.connect()["version"] == "1.2"
+    assert get(server, "/readyz")[0] == 200
+
+
+def test_no_node_answering_refuses_connect_clearly(bridge, dial):
+    server = bridge(amqp_url="amqp://guest:guest@127.0.0.1:1/,amqp://guest:guest@127.0.0.1:2/")
+    conn = dial(server)
+    conn.send_frame("CONNECT", {"accept-version": "1.2", "login": "guest", "passcode": "guest"})
+    error = conn.error_then_close()
+    assert error["message"] == "Broker unavailable"
+    assert "None of the 2 RabbitMQ node(s) answered" in error.text
+    text = get(server, "/metrics")[1]
+    assert metric(text, "stomp_bridge_amqp_connection_failures_total") == 1
+    assert get(server, "/readyz")[0] == 503
