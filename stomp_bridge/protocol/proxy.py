@@ -11,7 +11,7 @@ header is refused. The two versions, told apart by their first bytes::
                                                       single spaces; TCP4 takes dotted
                                                       quads, TCP6 textual IPv6; ports
                                                       0-65535 without leading zeros
-    unknown::= "UNKNOWN" [SP *(any but CRLF)]         the rest of the line is ignored
+    unknown::= "UNKNOWN" [SP *(any but LF)]           the rest of the line is ignored
 
     v2     ::= sig ver_cmd fam len block              sig = \\r\\n\\r\\n\\0\\r\\nQUIT\\n (12 bytes)
     ver_cmd::= 0x20 (LOCAL) | 0x21 (PROXY)            high nibble version 2, low command
@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from stomp_bridge.protocol.errors import ProtocolError
 
 V1_PREFIX = b"PROXY "
-V1_MAX_LINE = 107  # spec 2.1: "PROXY TCP6" with the longest addresses and ports, CRLF included
+V1_MAX_LINE = 107  # spec 2.1: worst case "PROXY UNKNOWN" + TCP6 fields, CRLF included
 V2_SIGNATURE = b"\r\n\r\n\x00\r\nQUIT\n"
 V2_FIXED = 16  # signature, version/command, family/transport, length
 DEFAULT_MAX_V2_LENGTH = 2048
@@ -143,14 +143,16 @@ class ProxyHeaderParser:
 
 
 def _parse_v1(buf: bytearray) -> tuple[ProxyInfo, int] | None:
-    # spec 2.1: the CRLF must end within the first 107 bytes.
-    cr = buf.find(b"\r\n", 0, V1_MAX_LINE)
-    if cr < 0:
-        if b"\n" in buf[:V1_MAX_LINE]:
-            raise ProxyProtocolError("v1 line ends with LF instead of CRLF")
+    # spec 2.1: the line ends with CRLF within the first 107 bytes. It ends at the first
+    # LF, so a bare LF is an error even after UNKNOWN, whichever way the bytes arrive.
+    lf = buf.find(b"\n", 0, V1_MAX_LINE)
+    if lf < 0:
         if len(buf) >= V1_MAX_LINE:
             raise ProxyProtocolError(f"v1 line has no CRLF within {V1_MAX_LINE} bytes")
         return None
+    if buf[lf - 1] != 0x0D:
+        raise ProxyProtocolError("v1 line ends with LF instead of CRLF")
+    cr = lf - 1
     line = bytes(buf[len(V1_PREFIX) : cr])
     end = cr + 2
     # spec 2.1: with UNKNOWN the receiver must ignore everything up to CRLF.
@@ -225,22 +227,27 @@ def _parse_v2(buf: bytearray, max_length: int) -> tuple[ProxyInfo, int] | None:
             )
         if family_byte not in _V2_FAMILIES:
             raise ProxyProtocolError(f"v2 family/transport byte {family_byte:#04x} is invalid")
+    if len(buf) <= 14:
+        return None
+    if buf[14] << 8 > max_length:  # the high length byte alone can break the limit
+        raise ProxyProtocolError(
+            f"v2 header length {buf[14] << 8}+ exceeds the limit of {max_length}"
+        )
     if len(buf) < V2_FIXED:
         return None
     length = int.from_bytes(buf[14:16], "big")
     if length > max_length:
         raise ProxyProtocolError(f"v2 header length {length} exceeds the limit of {max_length}")
-    if command == _PROXY:
-        family, address_length = _V2_FAMILIES[family_byte]
-        if length < address_length:
-            raise ProxyProtocolError(
-                f"v2 length {length} is too short for {family} addresses ({address_length} bytes)"
-            )
     end = V2_FIXED + length
+    if command == _LOCAL:
+        return (ProxyInfo(None, None, "LOCAL"), end) if len(buf) >= end else None
+    family, address_length = _V2_FAMILIES[family_byte]
+    if length < address_length:
+        raise ProxyProtocolError(
+            f"v2 length {length} is too short for {family} addresses ({address_length} bytes)"
+        )
     if len(buf) < end:
         return None
-    if command == _LOCAL:
-        return ProxyInfo(None, None, "LOCAL"), end
     block = bytes(buf[V2_FIXED:end])
     if family in ("UNKNOWN", "UNIX"):
         # spec 2.2: AF_UNSPEC carries nothing to use; unix paths mean nothing here.
