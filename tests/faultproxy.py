@@ -34,7 +34,7 @@ import socket
 import struct
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 __all__ = ["FaultProxy"]
 
@@ -68,7 +68,8 @@ class FaultProxy:
       ``restore()``. By default the proxy keeps listening and resets each new
       connection as soon as it is accepted, so the port stays ours: a client sees
       its connect succeed, then a reset (or EOF) on first read or write.
-      ``refuse(close_listener=True)`` closes the listening socket instead, so a
+      (On loopback the reset can even arrive before ``connect()`` returns, which
+      then raises ECONNRESET.) ``refuse(close_listener=True)`` closes the listening socket instead, so a
       client sees ECONNREFUSED; ``restore()`` binds the same port again (and raises
       if something else took it meanwhile).
     - ``delay(seconds)``: every chunk is delivered ``seconds`` after it arrived,
@@ -80,7 +81,8 @@ class FaultProxy:
     Faults are proxy-wide and persist across connections: a paused proxy holds
     the bytes of connections made after ``pause()`` too.
 
-    If the target refuses, the client's connection is reset and never counted.
+    If the target refuses, the client's connection is reset (as with ``refuse()``)
+    and never counted.
     """
 
     def __init__(self, target: tuple[str, int]) -> None:
@@ -103,7 +105,7 @@ class FaultProxy:
 
     # -- lifecycle ---------------------------------------------------------
 
-    def start(self) -> FaultProxy:
+    def start(self) -> Self:
         """Start the loop thread; returns once listening on ``self.port``."""
         if self._thread is not None:
             raise RuntimeError("FaultProxy already started")
@@ -137,7 +139,7 @@ class FaultProxy:
         if thread.is_alive():
             raise RuntimeError("FaultProxy thread did not end within 10 s")
 
-    def __enter__(self) -> FaultProxy:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc_info: object) -> None:
@@ -201,8 +203,8 @@ class FaultProxy:
         Returns the live count; raises ``TimeoutError`` after ``timeout`` seconds.
         ``wait_connections(0, exact=True)`` waits for every connection to end.
         """
-        return self._wait(lambda: self._live == n if exact else self._live >= n, timeout,
-                          f"{'exactly' if exact else 'at least'} {n} live connections")
+        what = f"{'exactly' if exact else 'at least'} {n} live connections"
+        return self._wait(lambda: self._live == n if exact else self._live >= n, timeout, what)
 
     def wait_total_connections(self, n: int, timeout: float = 10.0) -> int:
         """Block until at least ``n`` connections have ever been forwarded."""
