@@ -18,6 +18,7 @@ from .endpoints import Endpoints
 from .http import OpsServer
 from .metrics import Counters, Metrics
 from .protocol.frames import Frame, serialize
+from .protocol.proxy import ProxyHeaderParser, ProxyInfo, ProxyProtocolError
 from .session import Session
 from .settings import Settings
 
@@ -36,16 +37,21 @@ class Connection:
         settings: Settings,
         counters: Counters,
         endpoints: Endpoints,
+        peer: tuple[str, int] | None = None,
+        initial: bytes = b"",
     ) -> None:
         self.counters = counters
+        self._initial = initial  # client bytes that arrived with a PROXY protocol header
         self.reader = reader
         self.writer = writer
         self.settings = settings
         self.loop = asyncio.get_running_loop()
         self.transport = writer.transport
-        peer = writer.get_extra_info("peername")
-        self.peer = peer[0] if isinstance(peer, tuple) else None
-        name = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "unknown"
+        if peer is None:
+            peername = writer.get_extra_info("peername")
+            peer = (peername[0], peername[1]) if isinstance(peername, tuple) else None
+        self.peer = peer[0] if peer is not None else None
+        name = f"{peer[0]}:{peer[1]}" if peer is not None else "unknown"
         self.last_read = self.last_write = self.loop.time()
         self._timers: list[asyncio.TimerHandle] = []
         self._out: list[bytes] = []
@@ -114,7 +120,7 @@ class Connection:
         self._timers.append(self.loop.call_later(self.settings.connect_timeout, self._connect_timeout))
         try:
             while not session.closed:
-                data = await self.reader.read(READ_SIZE)
+                data, self._initial = self._initial or await self.reader.read(READ_SIZE), b""
                 if not data:
                     break
                 self.last_read = self.loop.time()
@@ -289,32 +295,53 @@ class BridgeServer:
             except OSError:
                 pass
         peername = writer.get_extra_info("peername")
-        peer = peername[0] if isinstance(peername, tuple) else None
-        refusal = self._refusal(peer)
+        peer = (peername[0], peername[1]) if isinstance(peername, tuple) else None
+        initial = b""
+        if self.settings.proxy_protocol:
+            try:
+                info, initial = await asyncio.wait_for(_read_proxy_header(reader), self.settings.connect_timeout)
+            except (ProxyProtocolError, asyncio.TimeoutError, ConnectionError) as exc:
+                self.counters.connections_refused["proxy_protocol"] += 1
+                detail = exc.detail if isinstance(exc, ProxyProtocolError) else (
+                    "No PROXY protocol header; proxy_protocol is on, so every connection must come "
+                    "through a load balancer that sends one."
+                )
+                self._refuse(writer, "Invalid PROXY protocol header", detail)
+                return
+            if info.source is not None:
+                peer = info.source
+        ip = peer[0] if peer is not None else None
+        refusal = self._refusal(ip)
         if refusal is not None:
             limit, detail = refusal
             self.counters.connections_refused[limit] += 1
-            headers = {"message": "Too many connections", "content-type": "text/plain"}
-            writer.write(serialize(Frame("ERROR", headers, detail.encode()), "1.2"))
-            writer.close()
+            self._refuse(writer, "Too many connections", detail)
             return
         task = asyncio.current_task()
         assert task is not None
-        connection = Connection(reader, writer, self.settings, self.counters, self.endpoints)
+        connection = Connection(
+            reader, writer, self.settings, self.counters, self.endpoints, peer=peer, initial=initial
+        )
         self._connections[task] = connection
         self.counters.connections_opened += 1
-        if peer is not None:
-            self._per_ip[peer] = self._per_ip.get(peer, 0) + 1
+        if ip is not None:
+            self._per_ip[ip] = self._per_ip.get(ip, 0) + 1
         try:
             await connection.run()
         finally:
             self._connections.pop(task, None)
-            if peer is not None:
-                left = self._per_ip.get(peer, 1) - 1
+            if ip is not None:
+                left = self._per_ip.get(ip, 1) - 1
                 if left:
-                    self._per_ip[peer] = left
+                    self._per_ip[ip] = left
                 else:
-                    self._per_ip.pop(peer, None)
+                    self._per_ip.pop(ip, None)
+
+    @staticmethod
+    def _refuse(writer: asyncio.StreamWriter, message: str, detail: str) -> None:
+        headers = {"message": message, "content-type": "text/plain"}
+        writer.write(serialize(Frame("ERROR", headers, detail.encode()), "1.2"))
+        writer.close()
 
     @property
     def connection_count(self) -> int:
@@ -350,6 +377,18 @@ class BridgeServer:
         await self.start()
         assert self._server is not None
         await self._server.serve_forever()
+
+
+async def _read_proxy_header(reader: asyncio.StreamReader) -> tuple[ProxyInfo, bytes]:
+    """The PROXY protocol header a load balancer sends first, and the bytes after it."""
+    parser = ProxyHeaderParser()
+    while True:
+        data = await reader.read(4096)
+        if not data:
+            raise ConnectionError("closed before a PROXY protocol header")
+        result = parser.feed(data)
+        if result is not None:
+            return result
 
 
 def _censor(url: str) -> str:

@@ -72,6 +72,11 @@ class Settings(BaseSettings):
         description="Seconds without a byte from a client that agreed no heart-beats before it is "
         "dropped, like Artemis' connection TTL (0: never).",
     )
+    proxy_protocol: bool = Field(
+        False,
+        description="Expect a PROXY protocol v1/v2 header from a TCP load balancer on every "
+        "connection and take the client address from it (the plugin's proxy_protocol).",
+    )
     http_host: str = Field("0.0.0.0", description="Interface of the /metrics, /healthz, /readyz endpoint.")
     http_port: int | None = Field(
         9410, ge=0, le=65535, description="Port of that endpoint (0 picks a free one; unset to disable)."

@@ -8,6 +8,10 @@ import urllib.parse
 
 import pytest
 
+from tests.bridge_runner import BridgeThread
+from tests.faultproxy import FaultProxy
+from tests.integration.rawstomp import RawStomp
+
 pytestmark = pytest.mark.skipif(
     os.environ.get("STOMP_BRIDGE_TEST_TARGET") == "native", reason="the bridge's own AMQP connections"
 )
@@ -40,3 +44,67 @@ def test_broker_closing_the_connection_gives_the_client_an_error_and_a_close(con
     error = conn.error_then_close(timeout=10)
     assert error["message"] == "connection_forced", error.headers
     assert "CONNECTION_FORCED" in error.text
+
+
+# -- RabbitMQ going away and coming back (through a proxy the test controls) ---------------
+
+@pytest.fixture
+def cut_off(broker):
+    """A bridge whose only RabbitMQ is behind a FaultProxy: (bridge, proxy)."""
+    parsed = urllib.parse.urlsplit(broker.amqp_url)
+    proxy = FaultProxy((parsed.hostname or "127.0.0.1", parsed.port or 5672)).start()
+    url = f"amqp://{parsed.username or 'guest'}:{parsed.password or 'guest'}@127.0.0.1:{proxy.port}/"
+    bridge = BridgeThread(url, http_port=0)
+    bridge.start()
+    yield bridge, proxy
+    bridge.stop()
+    proxy.stop()
+
+
+def _ready(bridge: BridgeThread) -> int:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{bridge._server.ops.port}/readyz", timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_losing_rabbitmq_ends_sessions_with_an_error_and_the_bridge_recovers_by_itself(cut_off, unique):
+    bridge, proxy = cut_off
+    client = RawStomp(("127.0.0.1", bridge.port))
+    client.connect()
+    proxy.wait_connections(1)
+    assert _ready(bridge) == 200
+
+    proxy.refuse(close_listener=True)  # RabbitMQ is gone: existing connections reset, new ones refused
+    error = client.error_then_close(timeout=10)
+    assert error["message"] == "Broker connection lost"
+    assert _ready(bridge) == 503
+    refused = RawStomp(("127.0.0.1", bridge.port))
+    refused.send_frame("CONNECT", {"accept-version": "1.2", "login": "guest", "passcode": "guest"})
+    assert refused.error_then_close(timeout=15)["message"] == "Broker unavailable"
+
+    proxy.restore()
+    assert _ready(bridge) == 200
+    back = RawStomp(("127.0.0.1", bridge.port), timeout=15)
+    back.connect()  # no restart of the bridge needed
+    back.receipt("SEND", {"destination": f"/topic/back.{unique}"}, "x")
+    for conn in (client, refused, back):
+        conn.close()
+
+
+def test_a_send_rabbitmq_never_confirmed_never_gets_a_receipt(cut_off, unique):
+    bridge, proxy = cut_off
+    client = RawStomp(("127.0.0.1", bridge.port))
+    client.connect()
+    client.receipt("SEND", {"destination": f"/topic/pre.{unique}"}, "warm-up")
+    proxy.pause()  # the publish leaves the bridge but its confirm can never come back
+    client.send_frame("SEND", {"destination": f"/queue/lost-{unique}", "persistent": "true",
+                               "receipt": "never"}, "in flight")
+    proxy.cut()
+    frames = client.read_until_closed(timeout=10)
+    assert [f.command for f in frames] == ["ERROR"], [(f.command, f.headers) for f in frames]
+    client.close()

@@ -187,3 +187,45 @@ def test_no_node_answering_refuses_connect_clearly(bridge, dial):
     text = get(server, "/metrics")[1]
     assert metric(text, "stomp_bridge_amqp_connection_failures_total") == 1
     assert get(server, "/readyz")[0] == 503
+
+
+# -- PROXY protocol --------------------------------------------------------------------
+
+
+def _proxied(server: BridgeThread, header: bytes) -> RawStomp:
+    conn = RawStomp(("127.0.0.1", server.port))
+    conn.send_raw(header)
+    return conn
+
+
+def test_proxy_protocol_address_is_the_client_address(bridge, rabbit, unique):
+    server = bridge(proxy_protocol=True, loopback_users=["guest"])
+    # guest may only log in from loopback: through a balancer from 203.0.113.7 it may not.
+    conn = _proxied(server, b"PROXY TCP4 203.0.113.7 127.0.0.1 40000 61613\r\n")
+    try:
+        conn.send_frame("CONNECT", {"accept-version": "1.2", "login": "guest", "passcode": "guest"})
+        error = conn.error_then_close()
+        assert (error["message"], error.text) == ("Bad CONNECT", "non-loopback access denied")
+    finally:
+        conn.close()
+    # The same bytes in the header's own packet as the CONNECT (v2 binary this time).
+    import socket
+    import struct
+
+    v2 = (b"\r\n\r\n\x00\r\nQUIT\n" + bytes([0x21, 0x11]) + struct.pack(">H", 12)
+          + socket.inet_aton("127.0.0.1") + socket.inet_aton("127.0.0.1") + struct.pack(">HH", 40001, 61613))
+    conn = _proxied(server, v2 + b"CONNECT\naccept-version:1.2\nlogin:guest\npasscode:guest\n\n\x00")
+    try:
+        assert conn.expect("CONNECTED")["version"] == "1.2"
+    finally:
+        conn.close()
+
+
+def test_proxy_protocol_required_when_on(bridge):
+    server = bridge(proxy_protocol=True)
+    conn = _proxied(server, b"CONNECT\naccept-version:1.2\n\n\x00")
+    try:
+        error = conn.error_then_close()
+        assert error["message"] == "Invalid PROXY protocol header"
+    finally:
+        conn.close()
