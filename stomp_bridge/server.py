@@ -25,6 +25,7 @@ from .settings import Settings
 log = logging.getLogger(__name__)
 
 READ_SIZE = 256 * 1024
+SHUTDOWN = StompError("Server shutdown", "The bridge is shutting down; reconnect to another instance.")
 
 
 class Connection:
@@ -160,6 +161,13 @@ class Connection:
                     "detail": session.close_detail,
                 },
             )
+
+    async def shut_down(self) -> None:
+        """Stop reading the client, let held receipts go out, then ERROR and close."""
+        if not self.transport.is_closing():
+            self.transport.pause_reading()
+        await self.session.receipts_sent()
+        self.session.fail(SHUTDOWN)
 
     def _connect_timeout(self) -> None:
         if self.session.amqp is None and not self.session.closed:
@@ -347,20 +355,25 @@ class BridgeServer:
     def connection_count(self) -> int:
         return len(self._connections)
 
-    async def close(self, grace: float = 10.0) -> None:
-        """Stop accepting, tell every client why with an ERROR, and release its AMQP connection.
+    async def close(self, grace: float | None = None) -> None:
+        """Stop accepting; let each client's held receipts go out (RabbitMQ confirms
+        what is in flight) within ``grace`` seconds; then ERROR "Server shutdown" to
+        every client and close its AMQP connection cleanly.
 
         Connections end through their own loop (EOF after the transport
-        closes), so each closes its AMQP connection cleanly; whatever has not
-        finished after ``grace`` seconds is cancelled.
+        closes); whatever has not finished after a second grace is cancelled.
         """
+        grace = self.settings.shutdown_grace if grace is None else grace
         self._closing = True
         if self._server is not None:
             self._server.close()
-        for connection in list(self._connections.values()):
-            connection.session.fail(
-                StompError("Server shutdown", "The bridge is shutting down; reconnect to another instance.")
+        connections = list(self._connections.values())
+        if connections:
+            await asyncio.wait(
+                [asyncio.ensure_future(c.shut_down()) for c in connections], timeout=grace
             )
+        for connection in connections:  # whoever is still waiting for confirms after the grace
+            connection.session.fail(SHUTDOWN)
         tasks = list(self._connections)
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=grace)

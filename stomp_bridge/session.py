@@ -138,7 +138,7 @@ class Session:
         self.transactions: dict[str, list[Frame]] = {}
         self._unconfirmed: dict[int, float] = {}  # publish sequence number -> when, in order
         self._receipts: deque[tuple[int, str, bytes]] = deque()  # (last publish it covers, id, frame)
-        self._drained: asyncio.Future[None] | None = None
+        self._drain_waiters: list[asyncio.Future[None]] = []  # resolved when no receipt is held
 
     # -- entry points used by the transport --------------------------------------
 
@@ -205,16 +205,14 @@ class Session:
         except Exception:  # noqa: BLE001 - the socket may already be gone
             pass
         self.closed = True
-        if self._drained is not None and not self._drained.done():
-            self._drained.set_result(None)  # a DISCONNECT waiting for confirms ends, unreceipted
+        self._wake_drain_waiters()  # a DISCONNECT waiting for confirms ends, unreceipted
         self._close_transport()
 
     async def close(self) -> None:
         """Release everything the connection holds; idempotent."""
         self.closed = True
         self.transactions.clear()
-        if self._drained is not None and not self._drained.done():
-            self._drained.cancel()
+        self._wake_drain_waiters()
         amqp, self.amqp = self.amqp, None
         if amqp is not None:
             await amqp.close()
@@ -222,6 +220,19 @@ class Session:
     @property
     def receipts_pending(self) -> int:
         return len(self._receipts)
+
+    async def receipts_sent(self) -> None:
+        """Returns once every held RECEIPT went out, or the session ended without them."""
+        if self._receipts and not self.closed:
+            waiter = asyncio.get_running_loop().create_future()
+            self._drain_waiters.append(waiter)
+            await waiter
+
+    def _wake_drain_waiters(self) -> None:
+        waiters, self._drain_waiters = self._drain_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     # -- CONNECT ------------------------------------------------------------------
 
@@ -306,9 +317,7 @@ class Session:
         if receipt is not None:
             await self.flush()
             self._queue_receipt(receipt)
-            if self._receipts:
-                self._drained = asyncio.get_running_loop().create_future()
-                await self._drained
+            await self.receipts_sent()
         # AMQP first: once the client sees the socket close, RabbitMQ has already
         # requeued its unacknowledged messages and dropped its exclusive queues.
         await self.close()
@@ -627,8 +636,8 @@ class Session:
         receipts = self._receipts
         while receipts and (lowest is None or receipts[0][0] < lowest):
             self._write(receipts.popleft()[2])
-        if not receipts and self._drained is not None and not self._drained.done():
-            self._drained.set_result(None)
+        if not receipts:
+            self._wake_drain_waiters()
 
     # -- helpers ------------------------------------------------------------------
 

@@ -81,6 +81,9 @@ class Settings(BaseSettings):
     http_port: int | None = Field(
         9410, ge=0, le=65535, description="Port of that endpoint (0 picks a free one; unset to disable)."
     )
+    shutdown_grace: float = Field(
+        10.0, ge=0, description="Seconds SIGTERM waits for in-flight publishes to be confirmed."
+    )
     heartbeat_tolerance: float = Field(
         2.0, ge=1.0, description="A peer silent for this many agreed intervals is disconnected."
     )

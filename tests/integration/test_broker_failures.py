@@ -108,3 +108,28 @@ def test_a_send_rabbitmq_never_confirmed_never_gets_a_receipt(cut_off, unique):
     frames = client.read_until_closed(timeout=10)
     assert [f.command for f in frames] == ["ERROR"], [(f.command, f.headers) for f in frames]
     client.close()
+
+
+def test_shutdown_lets_in_flight_receipts_complete_first(cut_off, queues, unique):
+    import threading
+
+    bridge, proxy = cut_off
+    name = f"drain-{unique}"
+    queues.append(name)
+    client = RawStomp(("127.0.0.1", bridge.port), timeout=15)
+    client.connect()
+    client.receipt("SEND", {"destination": f"/queue/{name}"}, "declares the queue", receipt_id="r0")
+    proxy.pause()  # the confirm for the next publish is held back...
+    client.send_frame("SEND", {"destination": f"/queue/{name}", "persistent": "true", "receipt": "r1"}, "x")
+    stopping = threading.Thread(target=bridge.stop)
+    stopping.start()  # ...while the bridge is asked to shut down
+    deadline = time.monotonic() + 10
+    while not bridge._server._closing and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert bridge._server._closing
+    proxy.resume()
+    frames = client.read_until_closed(timeout=15)
+    stopping.join(30)
+    assert [(f.command, f.get("receipt-id") or f.get("message")) for f in frames] == [
+        ("RECEIPT", "r1"), ("ERROR", "Server shutdown")]
+    client.close()
