@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from . import __version__
 from .logs import configure
 from .server import BridgeServer
-from .settings import Settings, load, masked
+from .settings import Settings, load, masked, reference
 
 log = logging.getLogger("stomp_bridge")
 
@@ -79,6 +79,9 @@ async def _serve(settings: Settings) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:2] == ["config", "reference"]:
+        print(reference(), end="")
+        return 0
     show = argv[:2] == ["config", "show"]
     if show:
         argv = argv[2:]

@@ -37,26 +37,30 @@ class Settings(BaseSettings):
     )
 
     # The plugin's defaults: guest/guest is used when CONNECT has no login.
-    default_user: str | None = "guest"
-    default_pass: str | None = "guest"
-    default_vhost: str = "/"
-    implicit_connect: bool = False
-    default_topic_exchange: str = "amq.topic"
-    default_nack_requeue: bool = True
+    default_user: str | None = Field("guest", description="Login when CONNECT has none (unset: refuse).")
+    default_pass: str | None = Field("guest", description="Passcode that goes with default_user.")
+    default_vhost: str = Field("/", description="Vhost when CONNECT has no host header.")
+    implicit_connect: bool = Field(
+        False, description="A first frame other than CONNECT logs in as the default user (no CONNECTED)."
+    )
+    default_topic_exchange: str = Field("amq.topic", description="The exchange behind /topic/.")
+    default_nack_requeue: bool = Field(True, description="NACK without a requeue header requeues.")
     loopback_users: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["guest"],
         description="Users that may only log in from a loopback address, as RabbitMQ's own "
         "loopback_users: RabbitMQ sees the bridge's address, so the bridge checks the client's.",
     )
-    hide_server_info: bool = False
+    hide_server_info: bool = Field(False, description="Leave the server header out of CONNECTED.")
 
-    max_frame_size: int = Field(4 * 1024 * 1024, ge=1024)
-    max_frame_size_before_login: int = Field(64 * 1024, ge=1024)
-    max_headers: int = Field(1000, ge=1)
-    max_header_length: int = Field(64 * 1024, ge=64)
-    max_transactions: int = 16
-    max_transaction_actions: int = 1024
-    max_subscriptions: int = 10000
+    max_frame_size: int = Field(4 * 1024 * 1024, ge=1024, description="Bytes per frame; more: ERROR, close.")
+    max_frame_size_before_login: int = Field(
+        64 * 1024, ge=1024, description="The same limit until CONNECT has succeeded."
+    )
+    max_headers: int = Field(1000, ge=1, description="Header lines per frame.")
+    max_header_length: int = Field(64 * 1024, ge=64, description="Bytes per header line.")
+    max_transactions: int = Field(16, ge=1, description="Open transactions per connection (plugin's limit).")
+    max_transaction_actions: int = Field(1024, ge=1, description="Frames held per transaction.")
+    max_subscriptions: int = Field(10000, ge=1, description="Subscriptions per connection.")
 
     write_buffer_high: int = Field(
         1024 * 1024,
@@ -90,13 +94,13 @@ class Settings(BaseSettings):
     connect_timeout: float = Field(
         10.0, gt=0, description="Seconds a client has to send CONNECT before it is dropped."
     )
-    amqp_heartbeat: int = 60
+    amqp_heartbeat: int = Field(60, ge=0, description="AMQP heart-beat to RabbitMQ, seconds.")
     amqp_connect_timeout: float = Field(
         10.0, gt=0, description="Seconds to open an AMQP connection before trying the next node."
     )
 
-    log_level: str = "INFO"
-    log_format: str = Field("text", pattern="^(text|json)$")
+    log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR.")
+    log_format: str = Field("text", pattern="^(text|json)$", description="text (key=value) or json lines.")
 
     @field_validator("loopback_users", mode="before")
     @classmethod
@@ -155,3 +159,20 @@ def _mask_url(url: str) -> str:
         netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
         return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
     return url.strip()
+
+
+def reference() -> str:
+    """The configuration reference table in the README, made from this model."""
+    rows = [
+        "| setting | environment variable | default | meaning |",
+        "|---|---|---|---|",
+    ]
+    for name, field in Settings.model_fields.items():
+        default = field.get_default(call_default_factory=True)
+        if isinstance(default, list):
+            default = ",".join(default)
+        shown = "(unset)" if default is None else f"`{default}`"
+        rows.append(
+            f"| `{name}` | `STOMP_BRIDGE_{name.upper()}` | {shown} | {field.description or ''} |"
+        )
+    return "\n".join(rows) + "\n"
