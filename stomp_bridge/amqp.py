@@ -263,7 +263,15 @@ class AmqpSession:
         """
         if not self._batch:
             return
-        frame = ChannelFrame(payload=b"".join(self._batch), should_close=False)
+        # A drain future makes aiormq's writer wait for the socket to drain after
+        # this write: when RabbitMQ stops reading (a resource alarm blocks
+        # publishers), its queue fills and this flush waits, so the session stops
+        # reading from the client instead of buffering without bound.
+        frame = ChannelFrame(
+            payload=b"".join(self._batch),
+            should_close=False,
+            drain_future=self.connection.loop.create_future(),
+        )
         self._batch.clear()
         queue = self.connection.write_queue
         try:
