@@ -52,3 +52,20 @@ def configure(level: str = "INFO", fmt: str = "text") -> None:
     # WARNING); the session already turns each into an ERROR frame and one log
     # line of its own, so aiormq speaks only when debugging.
     logging.getLogger("aiormq").setLevel(logging.DEBUG if root.level <= logging.DEBUG else logging.CRITICAL)
+
+
+FRAME_BODY_SHOWN = 200
+_MASKED_HEADERS = frozenset(("passcode",))
+
+
+def log_frame(logger: logging.Logger, direction: str, peer: str, command: str,
+              headers: dict[str, str], body: bytes) -> None:
+    """One DEBUG line per frame (like Artemis' frame logging): passcodes masked, bodies cut."""
+    shown = {k: ("***" if k in _MASKED_HEADERS else v) for k, v in headers.items()}
+    text = body[:FRAME_BODY_SHOWN].decode("utf-8", "replace")
+    if len(body) > FRAME_BODY_SHOWN:
+        text += f"... ({len(body)} bytes)"
+    logger.debug(
+        "frame", extra={"direction": direction, "peer": peer, "command": command,
+                        "headers": shown, "body": text}
+    )

@@ -16,6 +16,7 @@ from typing import Any
 from .protocol.errors import ProtocolError, StompError
 from .endpoints import Endpoints
 from .http import OpsServer
+from .logs import log_frame
 from .metrics import Counters, Metrics
 from .protocol.frames import Frame, serialize
 from .protocol.proxy import ProxyHeaderParser, ProxyInfo, ProxyProtocolError
@@ -117,6 +118,7 @@ class Connection:
         parser = session.parser
         counters = self.counters
         frames_in = counters.frames_in
+        debug = log.isEnabledFor(logging.DEBUG)
         started = self.loop.time()
         self._timers.append(self.loop.call_later(self.settings.connect_timeout, self._connect_timeout))
         try:
@@ -132,6 +134,8 @@ class Connection:
                     if frame is None:
                         break
                     frames_in[frame.command] += 1
+                    if debug:
+                        log_frame(log, "in", session.peer_name, frame.command, frame.headers, frame.body)
                     connected_before = session.amqp is not None
                     await session.handle(frame)
                     if not connected_before and session.amqp is not None:

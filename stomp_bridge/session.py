@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from . import __version__
 from .amqp import AmqpSession, broker_error
 from .endpoints import Endpoints
+from .logs import log_frame
 from .metrics import Counters
 from .protocol import destinations as dest
 from .protocol import headers as hdr
@@ -112,6 +113,7 @@ class Session:
         self.user = ""
         self.vhost = ""
         self.close_reason = ""  # why the connection ended, for the log and metrics
+        self._debug = log.isEnabledFor(logging.DEBUG)
         self.close_detail = ""
         self._flush_writes = flush_writes
         self._wait_writable = wait_writable
@@ -303,7 +305,10 @@ class Session:
             # Clients match on "RabbitMQ/"; the comment (STOMP 1.2 grammar) names the bridge.
             out["server"] = f"RabbitMQ/{self.amqp.broker_version_text} (stomp-bridge/{__version__})"
         self.counters.frames_out["CONNECTED"] += 1
-        self._write(serialize(Frame("CONNECTED", out), version))
+        connected = Frame("CONNECTED", out)
+        if self._debug:
+            log_frame(log, "out", self.peer_name, "CONNECTED", out, b"")
+        self._write(serialize(connected, version))
 
     def _on_amqp_closed(self, error: StompError) -> None:
         if not self.closed:
@@ -656,6 +661,8 @@ class Session:
 
     def _encode(self, frame: Frame) -> bytes:
         """Server frames; 1.0 clients get the plugin's (1.2) escaping, the only safe choice."""
+        if self._debug:
+            log_frame(log, "out", self.peer_name, frame.command, frame.headers, frame.body)
         version = self.version
         try:
             return serialize(frame, "1.2" if version == "1.0" else version)

@@ -229,3 +229,18 @@ def test_proxy_protocol_required_when_on(bridge):
         assert error["message"] == "Invalid PROXY protocol header"
     finally:
         conn.close()
+
+
+def test_debug_frame_log_masks_passcodes_and_cuts_bodies(bridge, dial, caplog, unique):
+    caplog.set_level(logging.DEBUG, logger="stomp_bridge")
+    server = bridge()
+    conn = dial(server)
+    conn.connect()  # login guest / passcode guest
+    conn.receipt("SEND", {"destination": f"/topic/log.{unique}"}, "x" * 1000, receipt_id="big")
+    frames = [r for r in caplog.records if r.getMessage() == "frame"]
+    connect = next(r for r in frames if r.command == "CONNECT")
+    assert connect.direction == "in" and connect.headers["passcode"] == "***"
+    send = next(r for r in frames if r.command == "SEND")
+    assert send.body.endswith("... (1000 bytes)") and len(send.body) < 300
+    assert any(r.command == "RECEIPT" and r.direction == "out" for r in frames)
+    assert all("guest" not in str(r.headers.get("passcode", "")) for r in frames)
