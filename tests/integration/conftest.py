@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.bridge_runner import BridgeThread
 from tests.integration.rawstomp import RawStomp
 from tests.integration.stomp_client import Client
 
@@ -87,3 +88,38 @@ def after_error(stomp_target):
             assert conn.read_until_closed() == [], "the bridge sent frames after ERROR"
 
     return check
+
+
+@pytest.fixture
+def bridge(broker):
+    """Factory for bridge-only tests: ``bridge(**settings)`` starts a bridge of the test's own
+    (``host=``, ``amqp_url=`` and any setting; the HTTP endpoint on a free port); all are
+    stopped at teardown."""
+    started: list[BridgeThread] = []
+
+    def make(host: str | None = None, amqp_url: str | None = None, **settings: object) -> BridgeThread:
+        settings.setdefault("http_port", 0)
+        thread = BridgeThread(amqp_url or broker.amqp_url, host=host or "127.0.0.1", **settings)
+        thread.start()
+        started.append(thread)
+        return thread
+
+    yield make
+    for thread in started:
+        thread.stop()
+
+
+@pytest.fixture
+def dial():
+    """Factory: ``dial(bridge_or_port, host=..., timeout=...)`` opens a RawStomp; closed at teardown."""
+    opened: list[RawStomp] = []
+
+    def make(target: BridgeThread | int, host: str = "127.0.0.1", timeout: float = 5.0) -> RawStomp:
+        port = target if isinstance(target, int) else target.port
+        conn = RawStomp((host, port), timeout=timeout)
+        opened.append(conn)
+        return conn
+
+    yield make
+    for conn in opened:
+        conn.close()

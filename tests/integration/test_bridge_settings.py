@@ -20,8 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.bridge_runner import BridgeThread
-from tests.integration.rawstomp import RawStomp, build_frame
+from tests.integration.rawstomp import build_frame
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("STOMP_BRIDGE_TEST_TARGET") == "native", reason="bridge settings"
@@ -34,42 +33,6 @@ CLI_EXIT_TIMEOUT = 15.0
 
 
 # -- fixtures and helpers -------------------------------------------------------------
-
-
-@pytest.fixture
-def bridge(broker):
-    """Factory: ``bridge(**settings)`` starts a BridgeThread; all are stopped at teardown.
-
-    ``host=`` is applied after construction because BridgeThread fixes
-    ``host="127.0.0.1"`` itself.
-    """
-    started: list[BridgeThread] = []
-
-    def make(host: str | None = None, **settings: object) -> BridgeThread:
-        thread = BridgeThread(broker.amqp_url, host=host or "127.0.0.1", **settings)
-        thread.start()
-        started.append(thread)
-        return thread
-
-    yield make
-    for thread in started:
-        thread.stop()
-
-
-@pytest.fixture
-def dial():
-    """Factory: ``dial(bridge_or_port, host=..., timeout=...)`` opens a RawStomp; closed at teardown."""
-    opened: list[RawStomp] = []
-
-    def make(target: BridgeThread | int, host: str = "127.0.0.1", timeout: float = 5.0) -> RawStomp:
-        port = target if isinstance(target, int) else target.port
-        conn = RawStomp((host, port), timeout=timeout)
-        opened.append(conn)
-        return conn
-
-    yield make
-    for conn in opened:
-        conn.close()
 
 
 @pytest.fixture

@@ -19,36 +19,6 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-@pytest.fixture
-def bridge(broker):
-    started: list[BridgeThread] = []
-
-    def make(**settings: object) -> BridgeThread:
-        settings.setdefault("http_port", 0)
-        thread = BridgeThread(settings.pop("amqp_url", broker.amqp_url), **settings)
-        thread.start()
-        started.append(thread)
-        return thread
-
-    yield make
-    for thread in started:
-        thread.stop()
-
-
-@pytest.fixture
-def dial():
-    opened: list[RawStomp] = []
-
-    def make(server: BridgeThread, timeout: float = 5.0) -> RawStomp:
-        conn = RawStomp(("127.0.0.1", server.port), timeout=timeout)
-        opened.append(conn)
-        return conn
-
-    yield make
-    for conn in opened:
-        conn.close()
-
-
 def get(server: BridgeThread, path: str) -> tuple[int, str]:
     url = f"http://127.0.0.1:{server._server.ops.port}{path}"
     try:
