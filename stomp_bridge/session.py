@@ -294,6 +294,11 @@ class Session:
         self.session_id = hdr.new_session_id()
         send_s, recv_s = _heartbeat_seconds(cy), _heartbeat_seconds(cx)
         self.heartbeat = (send_s * 1000, recv_s * 1000)
+        log.info(
+            "client connected",
+            extra={"peer": self.peer_name, "user": login, "vhost": vhost, "version": version,
+                   "heart_beat": f"{send_s * 1000},{recv_s * 1000}", "implicit": implicit},
+        )
         if implicit:
             return  # the plugin sends no CONNECTED for an implicit connect
         out = {

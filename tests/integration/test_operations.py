@@ -120,7 +120,7 @@ def test_idle_timeout_drops_a_silent_client_without_heart_beats(bridge, dial):
     assert 0.9 <= time.monotonic() - started <= 5
 
 
-def test_one_info_line_when_a_connection_closes(bridge, dial, caplog):
+def test_one_info_line_when_a_client_connects_and_one_when_it_leaves(bridge, dial, caplog):
     caplog.set_level(logging.INFO, logger="stomp_bridge")
     server = bridge()
     conn = dial(server)
@@ -134,6 +134,8 @@ def test_one_info_line_when_a_connection_closes(bridge, dial, caplog):
             break
         time.sleep(0.05)
     assert len(closed) == 1
+    opened = [r for r in caplog.records if r.getMessage() == "client connected"]
+    assert len(opened) == 1 and opened[0].user == "guest" and opened[0].version == "1.2"
     record = closed[0]
     assert record.user == "guest" and record.vhost == "/"
     assert record.reason == "client closed"
