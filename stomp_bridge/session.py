@@ -16,8 +16,6 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
-from time import monotonic
-from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -27,6 +25,7 @@ from .amqp import AmqpSession, broker_error
 from .endpoints import Endpoints
 from .logs import log_frame
 from .metrics import Counters
+from .receipts import ReceiptLedger
 from .protocol import destinations as dest
 from .protocol import headers as hdr
 from .protocol.errors import AccessRefused, BrokerError, ProtocolError, StompError
@@ -138,9 +137,7 @@ class Session:
         self.declared_queues: set[str] = set()
         self.reply_queues: dict[str, str] = {}  # /temp-queue/<id> -> queue name
         self.transactions: dict[str, list[Frame]] = {}
-        self._unconfirmed: dict[int, float] = {}  # publish sequence number -> when, in order
-        self._receipts: deque[tuple[int, str, bytes]] = deque()  # (last publish it covers, id, frame)
-        self._drain_waiters: list[asyncio.Future[None]] = []  # resolved when no receipt is held
+        self.ledger = ReceiptLedger(write, self.counters.confirm_latency.observe)
 
     # -- entry points used by the transport --------------------------------------
 
@@ -207,34 +204,29 @@ class Session:
         except Exception:  # noqa: BLE001 - the socket may already be gone
             pass
         self.closed = True
-        self._wake_drain_waiters()  # a DISCONNECT waiting for confirms ends, unreceipted
+        self.ledger.release_waiters()  # a DISCONNECT waiting for confirms ends, unreceipted
         self._close_transport()
 
     async def close(self) -> None:
         """Release everything the connection holds; idempotent."""
         self.closed = True
         self.transactions.clear()
-        self._wake_drain_waiters()
+        self.ledger.release_waiters()
         amqp, self.amqp = self.amqp, None
         if amqp is not None:
             await amqp.close()
 
     @property
     def receipts_pending(self) -> int:
-        return len(self._receipts)
+        return self.ledger.held
 
     async def receipts_sent(self) -> None:
         """Returns once every held RECEIPT went out, or the session ended without them."""
-        if self._receipts and not self.closed:
-            waiter = asyncio.get_running_loop().create_future()
-            self._drain_waiters.append(waiter)
-            await waiter
-
-    def _wake_drain_waiters(self) -> None:
-        waiters, self._drain_waiters = self._drain_waiters, []
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
+        if self.closed:
+            return
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.ledger.when_empty(lambda: done.done() or done.set_result(None))
+        await done
 
     # -- CONNECT ------------------------------------------------------------------
 
@@ -364,7 +356,7 @@ class Session:
             seq = amqp.publish(target.exchange, target.routing_key, props, frame.body)
         except ValueError as exc:  # a value AMQP cannot carry, e.g. a 300-byte routing key
             raise ProtocolError("Invalid header", f"{exc}\n") from None
-        self._unconfirmed[seq] = monotonic()
+        self.ledger.published(seq)
         self.counters.messages_published += 1
 
     async def _declare(self, plan: dest.QueueDeclare) -> str:
@@ -609,45 +601,21 @@ class Session:
     def _queue_receipt(self, receipt: str) -> None:
         data = self._encode(Frame("RECEIPT", {"receipt-id": receipt}))
         self.counters.frames_out["RECEIPT"] += 1
-        if not self._unconfirmed and not self._receipts:
-            self._write(data)
-        else:
-            seq = self.amqp.publish_seq if self.amqp is not None else 0
-            self._receipts.append((seq, receipt, data))
+        self.ledger.receipt(receipt, data, self.amqp.publish_seq if self.amqp is not None else 0)
 
     def _on_confirm(self, tag: int, multiple: bool, nack: bool) -> None:
-        if nack:
-            # The first held receipt that covers the refused publish names it.
-            receipt_id = next((rid for seq, rid, _ in self._receipts if seq >= tag), None)
-            self.fail(
-                BrokerError(
-                    "Message rejected",
-                    "RabbitMQ refused (nacked) a published message; no RECEIPT will be sent "
-                    "for it or anything after it. Reconnect and resend unreceipted messages.",
-                    private=f"nack delivery_tag={tag} multiple={multiple}",
-                    receipt_id=receipt_id,
-                )
-            )
+        if not nack:
+            self.ledger.confirmed(tag, multiple)
             return
-        unconfirmed = self._unconfirmed
-        observe = self.counters.confirm_latency.observe
-        now = monotonic()
-        if multiple:
-            while unconfirmed:
-                first = next(iter(unconfirmed))
-                if first > tag:
-                    break
-                observe(now - unconfirmed.pop(first))
-        else:
-            sent = unconfirmed.pop(tag, None)
-            if sent is not None:
-                observe(now - sent)
-        lowest = next(iter(unconfirmed)) if unconfirmed else None
-        receipts = self._receipts
-        while receipts and (lowest is None or receipts[0][0] < lowest):
-            self._write(receipts.popleft()[2])
-        if not receipts:
-            self._wake_drain_waiters()
+        self.fail(
+            BrokerError(
+                "Message rejected",
+                "RabbitMQ refused (nacked) a published message; no RECEIPT will be sent "
+                "for it or anything after it. Reconnect and resend unreceipted messages.",
+                private=f"nack delivery_tag={tag} multiple={multiple}",
+                receipt_id=self.ledger.receipt_covering(tag),
+            )
+        )
 
     # -- helpers ------------------------------------------------------------------
 

@@ -1,0 +1,76 @@
+"""Publishes waiting for RabbitMQ's confirm, and the RECEIPTs that wait on them.
+
+The contract: a RECEIPT leaves only once every publish made before its frame
+is confirmed, and RECEIPTs leave in frame order, so one RECEIPT confirms
+everything the client sent before it. Confirms are tracked by sequence number
+in insertion order (sequence numbers only grow), so a ``multiple`` confirm
+pops from the front and the lowest unconfirmed number is the first key: no
+future, task or sort per message. No I/O here: frames go out through ``write``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from time import monotonic
+
+
+class ReceiptLedger:
+    def __init__(self, write: Callable[[bytes], None], observe: Callable[[float], None]) -> None:
+        self._write = write
+        self._observe = observe  # seconds from publish to confirm
+        self._unconfirmed: dict[int, float] = {}  # sequence number -> when published
+        self._held: deque[tuple[int, str, bytes]] = deque()  # (last publish it covers, id, frame)
+        self._on_empty: list[Callable[[], None]] = []
+
+    @property
+    def held(self) -> int:
+        """RECEIPTs waiting for confirms."""
+        return len(self._held)
+
+    def published(self, seq: int) -> None:
+        self._unconfirmed[seq] = monotonic()
+
+    def receipt(self, receipt_id: str, frame: bytes, last_seq: int) -> None:
+        """Send ``frame`` now if nothing is unconfirmed, else once ``last_seq`` and all before are."""
+        if not self._unconfirmed and not self._held:
+            self._write(frame)
+        else:
+            self._held.append((last_seq, receipt_id, frame))
+
+    def confirmed(self, tag: int, multiple: bool) -> None:
+        unconfirmed, observe = self._unconfirmed, self._observe
+        now = monotonic()
+        if multiple:
+            while unconfirmed:
+                first = next(iter(unconfirmed))
+                if first > tag:
+                    break
+                observe(now - unconfirmed.pop(first))
+        else:
+            sent = unconfirmed.pop(tag, None)
+            if sent is not None:
+                observe(now - sent)
+        lowest = next(iter(unconfirmed)) if unconfirmed else None
+        held = self._held
+        while held and (lowest is None or held[0][0] < lowest):
+            self._write(held.popleft()[2])
+        if not held:
+            self.release_waiters()
+
+    def receipt_covering(self, tag: int) -> str | None:
+        """The id of the first held RECEIPT that waits on publish ``tag`` (to name it in an ERROR)."""
+        return next((rid for seq, rid, _ in self._held if seq >= tag), None)
+
+    def when_empty(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once no RECEIPT is held (at once if none is)."""
+        if self._held:
+            self._on_empty.append(callback)
+        else:
+            callback()
+
+    def release_waiters(self) -> None:
+        """Run the ``when_empty`` callbacks now: the session ended, or nothing is held."""
+        callbacks, self._on_empty = self._on_empty, []
+        for callback in callbacks:
+            callback()
