@@ -14,7 +14,6 @@ confirms everything the client sent before it.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -27,6 +26,13 @@ from .logs import log_frame
 from .metrics import Counters
 from .receipts import ReceiptLedger
 from .protocol import destinations as dest
+from .protocol.connect import (
+    SUPPORTED_VERSIONS,
+    heartbeat_seconds,
+    is_loopback,
+    negotiate_version,
+    parse_heartbeat,
+)
 from .protocol import headers as hdr
 from .protocol.errors import AccessRefused, BrokerError, ProtocolError, StompError
 from .protocol.frames import Frame, serialize
@@ -37,9 +43,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SUPPORTED_VERSIONS = ("1.0", "1.1", "1.2")
-
-
 @dataclass(slots=True)
 class Subscription:
     consumer_tag: str  # T_<id>, Q_<destination>, or T_/temp-queue/<id> (plugin naming)
@@ -47,48 +50,6 @@ class Subscription:
     queue: str
     ack: bool  # the client acknowledges (ack:client or client-individual)
     multiple: bool  # ack:client: an ACK settles every earlier delivery too
-
-
-def negotiate_version(accept: str | None) -> str:
-    """STOMP 1.1: absent accept-version means 1.0; pick the highest common one."""
-    if accept is None:
-        return "1.0"
-    offered = {v.strip() for v in accept.split(",")}
-    for version in reversed(SUPPORTED_VERSIONS):
-        if version in offered:
-            return version
-    raise ProtocolError("Version mismatch", f"Supported versions are {','.join(SUPPORTED_VERSIONS)}\n")
-
-
-def _heartbeat_seconds(ms: int) -> int:
-    """The plugin's rounding: heart-beats are whole seconds, at least 1 when asked for."""
-    if ms <= 0:
-        return 0
-    if ms < 1000:
-        return 1
-    return ms // 1000
-
-
-def parse_heartbeat(value: str) -> tuple[int, int]:
-    try:
-        cx, cy = (int(part.strip()) for part in value.split(","))
-    except ValueError:
-        raise ProtocolError(
-            "Invalid heart-beat header",
-            f"heart-beat must be two comma-separated integers (milliseconds), got {value!r}",
-        ) from None
-    if cx < 0 or cy < 0:
-        raise ProtocolError("Invalid heart-beat header", f"negative heart-beat value in {value!r}")
-    return cx, cy
-
-
-def _is_loopback(peer: str | None) -> bool:
-    if not peer:
-        return False
-    try:
-        return ipaddress.ip_address(peer.split("%", 1)[0]).is_loopback
-    except ValueError:
-        return False
 
 
 class Session:
@@ -250,7 +211,7 @@ class Session:
             passcode = headers.get("passcode", s.default_pass or "")
         vhost = headers.get("host", s.default_vhost)
         cx, cy = parse_heartbeat(headers.get("heart-beat", "0,0"))
-        if login in s.loopback_users and not _is_loopback(self.peer):
+        if login in s.loopback_users and not is_loopback(self.peer):
             raise AccessRefused("Bad CONNECT", "non-loopback access denied")
         try:
             amqp = await AmqpSession.open(
@@ -284,7 +245,7 @@ class Session:
             max_header_length=s.max_header_length,
         )
         self.session_id = hdr.new_session_id()
-        send_s, recv_s = _heartbeat_seconds(cy), _heartbeat_seconds(cx)
+        send_s, recv_s = heartbeat_seconds(cy), heartbeat_seconds(cx)
         self.heartbeat = (send_s * 1000, recv_s * 1000)
         log.info(
             "client connected",
