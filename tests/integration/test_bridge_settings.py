@@ -293,47 +293,37 @@ def test_client_silent_past_connect_timeout_gets_error_and_close(bridge, dial):
 # -- publisher confirms ---------------------------------------------------------------
 
 
-def test_nacked_publish_becomes_error_without_receipt(bridge, dial, rabbit, queues, unique):
-    name = f"reject-{unique}"
+def _rejecting_queue(rabbit, queues, name: str) -> dict[str, str]:
+    """A queue that holds one message and nacks every publish after it; SEND headers for it."""
     rabbit.declare_queue(name, arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
     queues.append(name)
+    return {"destination": f"/amq/queue/{name}", "persistent": "true"}
+
+
+def test_nacked_publish_becomes_error_naming_its_receipt_and_without_receipt(
+    bridge, dial, rabbit, queues, unique
+):
+    name = f"reject-{unique}"
+    headers = _rejecting_queue(rabbit, queues, name)
     conn = dial(bridge())
     conn.connect()
-    headers = {"destination": f"/amq/queue/{name}", "persistent": "true"}
     conn.receipt("SEND", headers, "first", receipt_id="r-1")
     conn.send_frame("SEND", {**headers, "receipt": "r-2"}, "second")
     frames = conn.read_until_closed()
     assert [f.command for f in frames] == ["ERROR"], [(f.command, f.headers) for f in frames]
     assert frames[0]["message"] == "Message rejected"
+    # README: "ERROR frames carry receipt-id when the failing frame had a receipt".
+    assert frames[0].get("receipt-id") == "r-2", frames[0].headers
     assert [m["payload"] for m in rabbit.get(name, count=10)] == ["first"]
-
-
-def test_nacked_publish_error_carries_receipt_id_of_rejected_send(bridge, dial, rabbit, queues, unique):
-    # README: "ERROR frames carry receipt-id when the failing frame had a receipt". At commit
-    # 1086e4e Session._on_confirm dropped it for a nacked SEND; fixed in 09a126e.
-    name = f"reject-rid-{unique}"
-    rabbit.declare_queue(name, arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
-    queues.append(name)
-    conn = dial(bridge())
-    conn.connect()
-    headers = {"destination": f"/amq/queue/{name}", "persistent": "true"}
-    conn.receipt("SEND", headers, "first", receipt_id="r-1")
-    conn.send_frame("SEND", {**headers, "receipt": "r-2"}, "second")
-    error = conn.error_then_close()
-    assert error["message"] == "Message rejected"
-    assert error.get("receipt-id") == "r-2", error.headers
 
 
 def test_disconnect_waiting_for_a_nacked_publish_ends_with_error_and_releases_the_connection(
     bridge, dial, rabbit, queues, unique
 ):
-    name = f"reject-bye-{unique}"
-    rabbit.declare_queue(name, arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
-    queues.append(name)
+    headers = _rejecting_queue(rabbit, queues, f"reject-bye-{unique}")
     server = bridge()
     conn = dial(server)
     conn.connect()
-    headers = {"destination": f"/amq/queue/{name}", "persistent": "true"}
     conn.receipt("SEND", headers, "first", receipt_id="r-1")
     # One write, so the DISCONNECT is already waiting for confirms when the nack comes.
     conn.send_raw(build_frame("SEND", headers, "refused") + build_frame("DISCONNECT", {"receipt": "bye"}))
