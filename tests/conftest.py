@@ -173,11 +173,7 @@ class RabbitAPI:
 
     def create_vhost(self, vhost: str, user: str = "guest") -> None:
         self.request("PUT", f"/vhosts/{self.q(vhost)}", {})
-        self.request(
-            "PUT",
-            f"/permissions/{self.q(vhost)}/{self.q(user)}",
-            {"configure": ".*", "write": ".*", "read": ".*"},
-        )
+        self.set_permissions(user, vhost)
 
     def delete_vhost(self, vhost: str) -> None:
         self.request("DELETE", f"/vhosts/{self.q(vhost)}")
