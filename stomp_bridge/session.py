@@ -70,17 +70,19 @@ class Session:
         self.settings = settings
         self.endpoints = endpoints if endpoints is not None else Endpoints(settings.amqp_url)
         self.counters = counters if counters is not None else Counters()
-        self.user = ""
-        self.vhost = ""
-        self.close_reason = ""  # why the connection ended, for the log and metrics
-        self._debug = log.isEnabledFor(logging.DEBUG)
-        self.close_detail = ""
-        self._flush_writes = flush_writes
-        self._wait_writable = wait_writable
-        self.peer_name = peer_name or peer or ""  # "ip:port", for logs and the AMQP connection name
+        # The transport's side: where frames go, and how it closes, flushes and waits.
         self._write = write
         self._close_transport = close_transport
-        self.peer = peer
+        self._flush_writes = flush_writes
+        self._wait_writable = wait_writable
+        self.peer = peer  # the client's IP address (loopback_users)
+        self.peer_name = peer_name or peer or ""  # "ip:port", for logs and the AMQP connection name
+        self._debug = log.isEnabledFor(logging.DEBUG)
+        # Who logged in, and why the connection ended: for the log lines and metrics.
+        self.user = ""
+        self.vhost = ""
+        self.close_reason = ""
+        self.close_detail = ""
         self.version = "1.2"  # escaping for frames before negotiation
         self.session_id = ""
         self.parser = FrameParser(
