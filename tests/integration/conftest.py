@@ -16,18 +16,13 @@ CONNECT_FAILURE_CLOSE_TIMEOUT = 15.0
 
 
 @pytest.fixture
-def raw(stomp_target):
-    """Factory for raw-socket connections; all are closed at teardown."""
-    opened: list[RawStomp] = []
+def raw(stomp_target, dial):
+    """Factory for raw-socket connections to the target under test; closed at teardown."""
 
     def make(timeout: float = 5.0) -> RawStomp:
-        conn = RawStomp(stomp_target.address, timeout=timeout)
-        opened.append(conn)
-        return conn
+        return dial(stomp_target.port, host=stomp_target.host, timeout=timeout)
 
-    yield make
-    for conn in opened:
-        conn.close()
+    return make
 
 
 @pytest.fixture
