@@ -21,7 +21,7 @@ from .metrics import Counters, Metrics
 from .protocol.frames import Frame, serialize
 from .protocol.proxy import ProxyHeaderParser, ProxyInfo, ProxyProtocolError
 from .session import Session
-from .settings import Settings
+from .settings import Settings, mask_url
 
 log = logging.getLogger(__name__)
 
@@ -262,7 +262,7 @@ class BridgeServer:
                 "host": s.host,
                 "port": self.port,
                 "http_port": self.ops.port if self.ops else None,
-                "amqp": ",".join(_censor(url) for url in self.endpoints.urls),
+                "amqp": ",".join(mask_url(url) for url in self.endpoints.urls),
             },
         )
 
@@ -407,12 +407,3 @@ async def _read_proxy_header(reader: asyncio.StreamReader) -> tuple[ProxyInfo, b
         if result is not None:
             return result
 
-
-def _censor(url: str) -> str:
-    import urllib.parse
-
-    parts = urllib.parse.urlsplit(url)
-    if parts.password:
-        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-        return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
-    return url

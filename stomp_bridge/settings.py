@@ -149,11 +149,11 @@ def masked(settings: Settings) -> dict[str, Any]:
     for name in SECRET_FIELDS:
         if data.get(name):
             data[name] = "***"
-    data["amqp_url"] = ",".join(_mask_url(url) for url in settings.amqp_url.split(","))
+    data["amqp_url"] = ",".join(mask_url(url) for url in settings.amqp_url.split(","))
     return data
 
 
-def _mask_url(url: str) -> str:
+def mask_url(url: str) -> str:
     parts = urllib.parse.urlsplit(url.strip())
     if parts.password:
         netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
