@@ -4,6 +4,7 @@
     python bench/bench.py --runs 5 --messages 20000 --json out.json
     python bench/bench.py --only fanout,pingpong
     python bench/bench.py --only idle --connections 1000 --hold 30
+    python bench/bench.py --only idle --connections 10000 --no-subscribe --hold 60
 
 Same client (a lean asyncio STOMP client built on the project's own codec),
 same broker, interleaved A/B runs; prints the median of each scenario, the
@@ -118,6 +119,15 @@ def print_idle(r: dict) -> None:
           f"peak {mb(r['peak_rss_mb'])}" + (f" (~{kb:.0f} kB per connection)" if kb else ""))
     print(f"  heart-beats received per connection: min {r['heartbeats_min']}, median {r['heartbeats_median']:g} "
           f"(expected at least {r['heartbeats_expected_min']})")
+    late = r["heartbeat_late_ms"]
+    if late:
+        print(f"  heart-beat lateness over {r['heartbeat_gaps']} gaps (gap - interval): "
+              + ", ".join(f"{k} {v:.0f} ms" for k, v in late.items())
+              + f"; client loop lag max {r['client_loop_lag_ms_max']:.0f} ms")
+    ramp = r.get("heartbeat_late_while_opening_ms")
+    if ramp:
+        print(f"  while opening (before {r['settle_s']:g} s of settling): "
+              + ", ".join(f"{k} {v:.0f} ms" for k, v in ramp.items()))
     for kind, count in r["error_kinds"].items():
         print(f"  {count} x {kind}")
     if r["leftover_queues_deleted"]:
@@ -136,7 +146,11 @@ def main() -> int:
     ap.add_argument("--hold", type=float, default=30.0, help="idle: seconds to hold them")
     ap.add_argument("--unsafe-connections", action="store_true",
                     help="idle: do not cap --connections to RabbitMQ's free file descriptors")
-    ap.add_argument("--heartbeat", default="5000,5000", help="idle: CONNECT heart-beat header")
+    ap.add_argument("--heartbeat", default="10000,10000", help="idle: CONNECT heart-beat header")
+    ap.add_argument("--no-subscribe", action="store_true",
+                    help="idle: CONNECT only (no subscription queue per connection in RabbitMQ)")
+    ap.add_argument("--channels-per-connection", type=int, default=64,
+                    help="the bridge's amqp_channels_per_connection (sessions per AMQP connection)")
     ap.add_argument("--timeout", type=float, default=180.0, help="per run of a scenario, seconds")
     ap.add_argument("--json", metavar="PATH", help="write every run's results as JSON")
     ap.add_argument("--no-start", action="store_true", help="a bridge already runs on --bridge-port (no CPU/RSS)")
@@ -146,11 +160,13 @@ def main() -> int:
     unknown = set(only) - set(ALL)
     if unknown:
         ap.error(f"unknown scenario(s) {', '.join(sorted(unknown))}; choose from {', '.join(ALL)}")
-    if args.connections > 2000:
-        print(f"note: {args.connections} connections means as many AMQP connections to RabbitMQ")
+    if args.connections > 2000 * args.channels_per_connection:
+        print(f"note: {args.connections} connections means "
+              f"{-(-args.connections // args.channels_per_connection)} AMQP connections to RabbitMQ")
 
     rabbit = Rabbit(args.api)
-    proc = None if args.no_start else start_bridge(args.bridge_port)
+    proc = None if args.no_start else start_bridge(
+        args.bridge_port, {"amqp_channels_per_connection": str(args.channels_per_connection)})
     pid = proc.pid if proc else None
     report: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "args": vars(args),
                     "loadavg_before": os.getloadavg(), "scenarios": {}}
@@ -185,7 +201,9 @@ def main() -> int:
         if "idle" in only:
             print()
             idle = run_one(lambda: run_idle(args.bridge_port, pid, rabbit, args.connections, args.hold,
-                                            args.heartbeat, unsafe=args.unsafe_connections),
+                                            args.heartbeat, unsafe=args.unsafe_connections,
+                                            subscribe=not args.no_subscribe,
+                                            per_amqp=args.channels_per_connection),
                            args.timeout + args.hold + args.connections * 0.2, "idle connections")
             report["idle"] = idle
             print_idle(idle)

@@ -1,8 +1,10 @@
-"""The AMQP 0-9-1 side of one STOMP connection.
+"""The AMQP 0-9-1 side of one STOMP connection: a channel on a shared connection.
 
-aiormq owns the socket, the handshake, heart-beats and RPCs (declare, bind,
-consume, qos). The per-message paths bypass its generic API, which costs a
-lock, a future and a random ``message_id`` per publish and a task per delivery:
+aiormq owns the sockets, the handshake, heart-beats and RPCs (declare, bind,
+consume, qos). ``amqp_pool`` shares connections between STOMP sessions with
+the same credentials, one channel per session. The per-message paths bypass
+aiormq's generic API, which costs a lock, a future and a random
+``message_id`` per publish and a task per delivery:
 
 * publishes and acks are encoded by ``amqp_codec`` into a batch that is handed
   to aiormq's writer once per chunk of client bytes (``flush``); publisher
@@ -11,14 +13,24 @@ lock, a future and a random ``message_id`` per publish and a task per delivery:
   ``amqp_reader`` and handed synchronously to ``on_delivery``/``on_confirm``
   (aiormq's channel reader is the fallback if that reader cannot be installed).
 
-One channel per STOMP connection: every STOMP error ends the connection, so a
-channel error never has to be survived.
+Backpressure without pausing a shared socket: every consumer acknowledges.
+A client-ack subscription is bounded by its prefetch-count (and by the
+channel-wide limit below); an ``ack:auto`` subscription is consumed with
+manual acks and a prefetch of ``auto_ack_window``, and the bridge acks its
+deliveries (in one frame per socket read) once they are in the client's
+socket buffer and that buffer is below ``write_buffer_high``. A client that
+stops reading therefore stops only its own channel, with at most the window
+buffered in the bridge, while other sessions on the connection go on.
+
+Every STOMP error ends the STOMP connection, so a closed channel never has to
+be reopened.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import urllib.parse
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
@@ -32,7 +44,8 @@ from pamqp import commands as spec
 from pamqp.header import ContentHeader
 
 from .amqp_codec import encode_ack, encode_nack, encode_publish
-from .amqp_reader import DeliveryHook, Hooks, current_hooks, install
+from .amqp_pool import AmqpPool, SharedConnection
+from .amqp_reader import ChannelHooks, DeliveryHook, Hooks, current_hooks, install
 from .endpoints import Endpoints
 from .protocol.errors import AccessRefused, BrokerError, ProtocolError, StompError
 
@@ -124,12 +137,120 @@ def properties_dict(props: spec.Basic.Properties) -> dict[str, Any]:
     return out
 
 
+def pool_for(endpoints: Endpoints, heartbeat: int = 60, timeout: float = 10.0, **options: Any) -> AmqpPool:
+    """The pool of shared connections to ``endpoints`` (created on first use).
+
+    The server creates it with the settings; a session made without a server
+    (tests) gets one with defaults.
+    """
+    pool = getattr(endpoints, "pool", None)
+    if pool is None:
+        async def opener(
+            login: str, passcode: str, vhost: str, client_name: str, **tls: Any
+        ) -> tuple[aiormq.Connection, Hooks]:
+            return await connect_any(endpoints, login, passcode, vhost, client_name, heartbeat, timeout, **tls)
+
+        pool = AmqpPool(opener, **options)
+        endpoints.pool = pool  # type: ignore[attr-defined]
+    return pool
+
+
+async def connect_any(
+    endpoints: Endpoints, login: str, passcode: str, vhost: str, client_name: str, heartbeat: int,
+    timeout: float, context: ssl.SSLContext | None = None, external: bool = False,
+) -> tuple[aiormq.Connection, Hooks]:
+    """Log in as the STOMP user on the first RabbitMQ node that answers.
+
+    A node that cannot be reached is skipped (and backs off); a refused
+    login or vhost is the client's answer, from whichever node gave it.
+    """
+    failures = []
+    for index in endpoints.order():
+        try:
+            result = await _connect(
+                endpoints.urls[index], login, passcode, vhost, client_name, heartbeat, timeout,
+                context, external,
+            )
+        except AccessRefused:
+            endpoints.succeeded(index)
+            raise
+        except (OSError, amqp_exc.AMQPError, asyncio.TimeoutError) as exc:
+            endpoints.failed(index)
+            host, port = endpoints.address(index)
+            failures.append(f"{host}:{port}: {exc!r}")
+            continue
+        endpoints.succeeded(index)
+        return result
+    raise BrokerError(
+        "Broker unavailable",
+        f"None of the {len(endpoints.urls)} RabbitMQ node(s) answered; try again later.",
+        private="; ".join(failures),
+    )
+
+
+async def _connect(
+    base_url: str, login: str, passcode: str, vhost: str, client_name: str, heartbeat: int,
+    timeout: float, context: ssl.SSLContext | None = None, external: bool = False,
+) -> tuple[aiormq.Connection, Hooks]:
+    url = _vhost_url(base_url, login, passcode, vhost)
+    sep = "&" if "?" in url else "?"
+    url += f"{sep}heartbeat={heartbeat}"
+    if external:  # the user comes from the certificate in ``context`` (rabbitmq_auth_mechanism_ssl)
+        url += "&auth=external"
+    hooks = Hooks()
+    token = current_hooks.set(hooks)
+    try:
+        connection = await asyncio.wait_for(
+            aiormq.connect(
+                url,
+                client_properties={"connection_name": client_name, "product": "stomp-bridge"},
+                context=context,
+            ),
+            timeout,
+        )
+    except amqp_exc.AuthenticationError as exc:  # the broker does not offer the mechanism
+        raise AccessRefused(
+            "Bad CONNECT",
+            f"Access refused for user '{login}'\n",
+            private=f"RabbitMQ does not offer this login mechanism ({exc}); for EXTERNAL enable "
+            "rabbitmq_auth_mechanism_ssl and add 'EXTERNAL' to auth_mechanisms",
+        ) from exc
+    except amqp_exc.ProbableAuthenticationError as exc:
+        raise AccessRefused(
+            "Bad CONNECT", f"Access refused for user '{login}'\n", private=str(exc)
+        ) from exc
+    except (amqp_exc.InvalidFrameError, amqp_exc.ConnectionNotAllowed) as exc:
+        # RabbitMQ answers connection.open on an unknown or forbidden vhost
+        # with connection.close (NOT_ALLOWED).
+        raise AccessRefused(
+            "Bad CONNECT", f"Virtual host '{vhost}' access denied", private=str(exc)
+        ) from exc
+    except ValueError as exc:  # pamqp refuses a vhost name AMQP cannot carry (over 127 bytes)
+        raise AccessRefused(
+            "Bad CONNECT", f"Virtual host '{vhost[:200]}' access denied", private=str(exc)
+        ) from exc
+    finally:
+        current_hooks.reset(token)
+    return connection, hooks
+
+
 class AmqpSession:
-    """The AMQP connection and channel that serve one STOMP connection."""
+    """The channel that serves one STOMP connection, on a shared AMQP connection."""
+
+    __slots__ = (
+        "pool", "shared", "connection", "channel", "broker_version_text", "broker_version",
+        "publish_seq", "_batch", "_channel_number", "_frame_max", "on_delivery", "on_confirm",
+        "on_closed", "on_cancelled", "on_batch_end", "_hooks", "_closing", "_prefetch",
+        "_auto_tags", "_auto_pending", "_individual", "_auto_window", "_gate", "_gate_open",
+        "_waiter",
+    )
 
     def __init__(
-        self, connection: aiormq.Connection, channel: aiormq.Channel, hooks: Hooks | None = None
+        self, pool: AmqpPool, shared: SharedConnection, channel: aiormq.Channel, bulk: bool = True
     ) -> None:
+        self.pool = pool
+        self.shared = shared
+        connection = shared.connection
         self.connection = connection
         self.channel = channel
         version = connection.server_properties.get("version", "0")
@@ -144,20 +265,27 @@ class AmqpSession:
         self.on_closed: Callable[[StompError], None] | None = None
         self.on_cancelled: Callable[[str], None] | None = None
         self.on_batch_end: Callable[[], None] | None = None
-        self._hooks = hooks
         self._closing = False
+        self._prefetch = 0  # the per-consumer prefetch the channel applies to new consumers
+        # ack:auto consumers, acknowledged by the bridge (see the module docstring).
+        self._auto_tags: set[str] = set()
+        self._auto_pending: list[int] = []
+        self._individual = False  # a client-ack consumer exists: no multiple acks of our own
+        self._auto_window = pool.auto_ack_window
+        self._gate: Callable[[], Awaitable[None]] | None = None
+        self._gate_open: Callable[[], bool] | None = None
+        self._waiter: asyncio.Task[None] | None = None
         # The lean paths: see the module docstring. With the bulk reader the
         # frames never reach aiormq's channel; the overrides are the fallback.
-        if hooks is not None:
-            hooks.on_delivery = self._deliver
-            hooks.on_confirm = self._confirm
-            hooks.on_batch_end = self._batch_end
-            hooks.channel = channel.number
+        self._hooks: ChannelHooks | None = None
+        if bulk:
+            self._hooks = ChannelHooks(self._deliver, self._confirm, self._batch_end)
+            shared.hooks.channels[channel.number] = self._hooks
+        shared.sessions[channel.number] = self
         channel._on_deliver_frame = self._on_deliver_frame  # type: ignore[method-assign]
         channel._on_confirm_frame = self._on_confirm_frame  # type: ignore[method-assign]
         channel.on_consumer_cancel_callbacks.add(self._on_cancel)
         channel.closing.add_done_callback(self._on_channel_closing)
-        connection.closing.add_done_callback(self._on_channel_closing)
 
     @classmethod
     async def open(
@@ -170,70 +298,24 @@ class AmqpSession:
         client_name: str,
         heartbeat: int = 60,
         timeout: float = 10.0,
+        context: ssl.SSLContext | None = None,
+        external: bool = False,
     ) -> AmqpSession:
-        """Log in as the STOMP user on the first RabbitMQ node that answers.
-
-        A node that cannot be reached is skipped (and backs off); a refused
-        login or vhost is the client's answer, from whichever node gave it.
-        """
-        failures = []
-        for index in endpoints.order():
-            try:
-                connection, hooks = await cls._connect(
-                    endpoints.urls[index], login, passcode, vhost, client_name, heartbeat, timeout
-                )
-            except AccessRefused:
-                endpoints.succeeded(index)
-                raise
-            except (OSError, amqp_exc.AMQPError, asyncio.TimeoutError) as exc:
-                endpoints.failed(index)
-                host, port = endpoints.address(index)
-                failures.append(f"{host}:{port}: {exc!r}")
-                continue
-            endpoints.succeeded(index)
-            try:
-                channel = await connection.channel(publisher_confirms=True)
-            except BaseException:
-                await connection.close()
-                raise
-            return cls(connection, channel, hooks if BULK_READER else None)
-        raise BrokerError(
-            "Broker unavailable",
-            f"None of the {len(endpoints.urls)} RabbitMQ node(s) answered; try again later.",
-            private="; ".join(failures),
-        )
-
-    @staticmethod
-    async def _connect(
-        base_url: str, login: str, passcode: str, vhost: str, client_name: str, heartbeat: int,
-        timeout: float,
-    ) -> tuple[aiormq.Connection, Hooks]:
-        url = _vhost_url(base_url, login, passcode, vhost)
-        sep = "&" if "?" in url else "?"
-        url += f"{sep}heartbeat={heartbeat}"
-        hooks = Hooks()
-        token = current_hooks.set(hooks)
+        """A channel for the STOMP user: on a shared connection that RabbitMQ
+        authenticated with these exact credentials, or on a new one."""
+        pool = pool_for(endpoints, heartbeat, timeout)
+        shared = await pool.acquire(login, passcode, vhost, client_name, context=context, external=external)
         try:
-            connection = await asyncio.wait_for(
-                aiormq.connect(
-                    url,
-                    client_properties={"connection_name": client_name, "product": "stomp-bridge"},
-                ),
-                timeout,
+            number = shared.free_number()
+            channel = await asyncio.wait_for(
+                shared.connection.channel(channel_number=number, publisher_confirms=True), timeout
             )
-        except (amqp_exc.ProbableAuthenticationError, amqp_exc.AuthenticationError) as exc:
-            raise AccessRefused(
-                "Bad CONNECT", f"Access refused for user '{login}'\n", private=str(exc)
-            ) from exc
-        except (amqp_exc.InvalidFrameError, amqp_exc.ConnectionNotAllowed) as exc:
-            # RabbitMQ answers connection.open on an unknown or forbidden vhost
-            # with connection.close (NOT_ALLOWED).
-            raise AccessRefused(
-                "Bad CONNECT", f"Virtual host '{vhost}' access denied", private=str(exc)
-            ) from exc
-        finally:
-            current_hooks.reset(token)
-        return connection, hooks
+        except BaseException as exc:
+            await pool.release(shared)
+            if isinstance(exc, (amqp_exc.AMQPError, ConnectionError, RuntimeError, asyncio.TimeoutError)):
+                raise broker_error(exc) from exc
+            raise
+        return cls(pool, shared, channel, BULK_READER)
 
     # -- the lean per-message paths -------------------------------------------------
 
@@ -249,9 +331,18 @@ class AmqpSession:
         return self.publish_seq
 
     def ack(self, delivery_tag: int, multiple: bool = False) -> None:
+        if multiple and self._auto_pending:
+            # RabbitMQ counts our pending ack:auto deliveries in this multiple ack.
+            self._auto_pending = [tag for tag in self._auto_pending if tag > delivery_tag]
         self._batch.append(encode_ack(self._channel_number, delivery_tag, multiple))
 
     def nack(self, delivery_tag: int, multiple: bool = False, requeue: bool = True) -> None:
+        if multiple and self._auto_pending:
+            # A multiple nack would requeue ack:auto deliveries the client already has: ack them first.
+            for tag in self._auto_pending:
+                if tag < delivery_tag:
+                    self._batch.append(encode_ack(self._channel_number, tag, False))
+            self._auto_pending = [tag for tag in self._auto_pending if tag > delivery_tag]
         self._batch.append(encode_nack(self._channel_number, delivery_tag, multiple, requeue))
 
     async def flush(self) -> None:
@@ -263,6 +354,9 @@ class AmqpSession:
         """
         if not self._batch:
             return
+        if self._dead():
+            self._batch.clear()
+            return
         # A drain future makes aiormq's writer wait for the socket to drain after
         # this write: when RabbitMQ stops reading (a resource alarm blocks
         # publishers), its queue fills and this flush waits, so the session stops
@@ -273,6 +367,20 @@ class AmqpSession:
             drain_future=self.connection.loop.create_future(),
         )
         self._batch.clear()
+        await self._put(frame)
+
+    def _dead(self) -> bool:
+        """RabbitMQ closed this channel: a frame written on its number now would make
+        RabbitMQ close the whole shared connection."""
+        hooks = self._hooks
+        return (hooks is not None and hooks.closed) or self.channel.is_closed
+
+    def shares_connection(self) -> bool:
+        """Other sessions use this channel's AMQP connection, so what it owns (exclusive
+        queues) outlives this session unless deleted; and this channel still works."""
+        return len(self.shared.sessions) > 1 and not self._dead()
+
+    async def _put(self, frame: ChannelFrame) -> None:
         queue = self.connection.write_queue
         try:
             queue.put_nowait(frame)
@@ -281,7 +389,6 @@ class AmqpSession:
             put = asyncio.ensure_future(queue.put(frame))
             closing = self.connection.closing
             await asyncio.wait((put, closing), return_when=asyncio.FIRST_COMPLETED)
-            closing.cancel()  # only this observer; the connection is untouched
             if not put.done():
                 put.cancel()
                 raise BrokerError(
@@ -295,6 +402,8 @@ class AmqpSession:
         callback = self.on_delivery
         if callback is not None:
             callback(consumer_tag, delivery_tag, redelivered, exchange, routing_key, properties, body)
+        if consumer_tag in self._auto_tags:
+            self._auto_pending.append(delivery_tag)
 
     def _confirm(self, delivery_tag: int, multiple: bool, nack: bool) -> None:
         callback = self.on_confirm
@@ -302,14 +411,81 @@ class AmqpSession:
             callback(delivery_tag, multiple, nack)
 
     def set_backpressure(self, wait_writable: Callable[[], Awaitable[None]]) -> None:
-        """Read from RabbitMQ only while ``wait_writable`` says the client keeps up."""
-        if self._hooks is not None:
-            self._hooks.wait_writable = wait_writable
+        """Acknowledge ack:auto deliveries only while the client keeps up.
+
+        ``wait_writable`` returns once the client's socket buffer is below its
+        high-water mark; its ``is_open()`` (if it has one) says so without waiting.
+        """
+        self._gate = wait_writable
+        self._gate_open = getattr(wait_writable, "is_open", None)
 
     def _batch_end(self) -> None:
         callback = self.on_batch_end
         if callback is not None:
             callback()
+        if self._waiter is not None or self._closing:
+            return
+        gate_open = self._gate_open
+        if gate_open is not None and not gate_open():
+            if (self._auto_pending or self._individual) and not self._dead():
+                self._waiter = asyncio.ensure_future(self._hold_until_writable())
+            return
+        if self._auto_pending:
+            self._release_auto()
+
+    def _release_auto(self) -> None:
+        """Ack the ack:auto deliveries the client's socket has taken."""
+        if self._waiter is not None or self._closing or self._dead():
+            return
+        frame = self._auto_ack_frame()
+        try:
+            self.connection.write_queue.put_nowait(frame)
+        except asyncio.QueueFull:
+            self._waiter = asyncio.ensure_future(self._put_later(frame))
+
+    def _auto_ack_frame(self) -> ChannelFrame:
+        pending, self._auto_pending = self._auto_pending, []
+        number = self._channel_number
+        if self._individual:
+            payload = b"".join([encode_ack(number, tag, False) for tag in pending])
+        else:
+            payload = encode_ack(number, pending[-1], True)
+        return ChannelFrame(payload=payload, should_close=False)
+
+    async def _put_later(self, frame: ChannelFrame) -> None:
+        try:
+            if not self._dead():
+                await self._put(frame)
+        except StompError:
+            pass  # the connection is gone; its sessions hear about it from the pool
+        finally:
+            self._waiter = None
+
+    async def _hold_until_writable(self) -> None:
+        """The client stopped keeping up: RabbitMQ stops sending this channel more.
+
+        ack:auto deliveries stay unacknowledged, so their window fills; for
+        client-ack consumers, whose prefetch-count may be unlimited, a
+        channel-wide prefetch of 1 (``global`` qos, which RabbitMQ applies to
+        existing consumers at once) holds further deliveries until the client
+        has drained its socket; then the limit is lifted. Once per stall, not
+        per message.
+        """
+        throttled = False
+        try:
+            if self._individual:
+                await self.channel.basic_qos(prefetch_count=1, global_=True)
+                throttled = True
+            if self._gate is not None:
+                await self._gate()
+            if throttled and not self._closing and not self._dead():
+                await self.channel.basic_qos(prefetch_count=0, global_=True)
+        except (amqp_exc.AMQPError, amqp_exc.ChannelInvalidStateError, ConnectionError, RuntimeError):
+            return  # the channel or connection is gone; the session hears about it
+        finally:
+            self._waiter = None
+        if self._auto_pending and not self._closing:
+            self._release_auto()
 
     async def _on_deliver_frame(self, frame: spec.Basic.Deliver) -> None:
         header = await self.channel._get_frame()
@@ -321,6 +497,7 @@ class AmqpSession:
             frame.exchange or "", frame.routing_key or "", properties_dict(header.properties),
             message.body,
         )
+        self._batch_end()
 
     async def _on_confirm_frame(self, frame: spec.Basic.Ack | spec.Basic.Nack) -> None:
         self._confirm(frame.delivery_tag or 0, bool(frame.multiple), isinstance(frame, spec.Basic.Nack))
@@ -330,12 +507,17 @@ class AmqpSession:
             self.on_cancelled(frame.consumer_tag)
 
     def _on_channel_closing(self, future: asyncio.Future) -> None:
-        if self._closing or self.on_closed is None:
-            return
         if future.cancelled():
             exc: BaseException = ConnectionError("channel closed")
         else:
             exc = future.exception() or ConnectionError("channel closed")
+        self.connection_lost(exc)
+
+    def connection_lost(self, exc: BaseException) -> None:
+        """The channel or the whole connection closed: the session ends with the reason."""
+        if self._closing or self.on_closed is None:
+            return
+        self._closing = True
         self.on_closed(broker_error(exc))
 
     # -- RPCs: the batch goes first so the broker sees frames in client order -------
@@ -379,7 +561,10 @@ class AmqpSession:
         await self._rpc(self.channel.queue_delete, queue)
 
     async def qos(self, prefetch_count: int) -> None:
-        await self._rpc(self.channel.basic_qos, prefetch_count=prefetch_count)
+        """The prefetch for consumers created after it (RabbitMQ's per-consumer qos)."""
+        if prefetch_count != self._prefetch:
+            await self._rpc(self.channel.basic_qos, prefetch_count=prefetch_count)
+            self._prefetch = prefetch_count
 
     async def consume(
         self,
@@ -389,28 +574,114 @@ class AmqpSession:
         no_ack: bool,
         arguments: dict[str, Any] | None = None,
     ) -> None:
-        await self._rpc(
-            self.channel.basic_consume,
-            queue,
-            _unused_consumer,
-            no_ack=no_ack,
-            consumer_tag=consumer_tag,
-            arguments=arguments or None,
-        )
+        """Consume; an ack:auto (``no_ack``) consumer is acked by the bridge within a window.
+
+        Except on a stream (``x-stream-…`` arguments): RabbitMQ refuses ack:auto
+        there, and the client must get that refusal as from the plugin.
+        """
+        bridge_acks = no_ack and not (arguments and any(k.startswith("x-stream-") for k in arguments))
+        if bridge_acks:
+            await self.qos(self._auto_window)
+            self._auto_tags.add(consumer_tag)
+        elif not no_ack:
+            self._individual = True
+        try:
+            await self._rpc(
+                self.channel.basic_consume,
+                queue,
+                _unused_consumer,
+                no_ack=no_ack and not bridge_acks,
+                consumer_tag=consumer_tag,
+                arguments=arguments or None,
+            )
+        except BaseException:
+            self._auto_tags.discard(consumer_tag)
+            raise
 
     async def cancel(self, consumer_tag: str) -> None:
         await self._rpc(self.channel.basic_cancel, consumer_tag)
 
+    async def get(self, queue: str) -> tuple[int, bool, str, str, dict[str, Any], bytes] | None:
+        """basic.get without auto-ack (browsing): (delivery tag, redelivered, exchange, routing
+        key, properties, body), or None when the queue is empty."""
+        self._individual = True  # a multiple ack of our own would take the browsed messages
+        message = await self._rpc(self.channel.basic_get, queue, no_ack=False)
+        frame = message.delivery
+        if not isinstance(frame, spec.Basic.GetOk):
+            return None
+        return (
+            frame.delivery_tag or 0, bool(frame.redelivered), frame.exchange or "",
+            frame.routing_key or "", properties_dict(message.header.properties), message.body,
+        )
+
+    async def peek(self, queue: str) -> tuple[dict[str, Any], bytes] | None:
+        """The first message of ``queue`` left in place, or None if it is empty or missing: read
+        on a short-lived channel, whose close hands the message back (and whose NOT_FOUND does
+        not close the session's channel)."""
+        await self.flush()
+        shared = self.shared
+        number = shared.free_number()
+        shared.sessions[number] = self  # holds the number (aiormq's own choice can pass channel_max)
+        try:
+            channel = await self.connection.channel(channel_number=number, publisher_confirms=False)
+        except (amqp_exc.AMQPError, ConnectionError, RuntimeError) as exc:
+            shared.sessions.pop(number, None)
+            raise broker_error(exc) from exc
+        try:
+            message = await channel.basic_get(queue, no_ack=False)
+        except amqp_exc.ChannelNotFoundEntity:
+            return None
+        except (amqp_exc.AMQPError, ConnectionError) as exc:
+            raise broker_error(exc) from exc
+        finally:
+            try:
+                if not channel.is_closed:
+                    await channel.close()
+            finally:
+                shared.sessions.pop(number, None)
+        if not isinstance(message.delivery, spec.Basic.GetOk):
+            return None
+        return properties_dict(message.header.properties), message.body
+
+    def flush_nowait(self) -> None:
+        """Hand the batch to the writer from a synchronous callback (the ack of a delivery a
+        selector dropped); if aiormq's write queue is full, the batch goes with the next flush."""
+        if not self._batch:
+            return
+        if self._dead():
+            self._batch.clear()
+            return
+        frame = ChannelFrame(payload=b"".join(self._batch), should_close=False)
+        try:
+            self.connection.write_queue.put_nowait(frame)
+        except asyncio.QueueFull:
+            return
+        self._batch.clear()
+
     async def close(self) -> None:
+        """Close the channel (RabbitMQ requeues its unacked messages) and give back the slot."""
+        if self._closing and self.shared.sessions.get(self._channel_number) is not self:
+            return
         self._closing = True
+        shared = self.shared
         try:
             await self.flush()
+            if self._auto_pending and not self._dead():
+                await self._put(self._auto_ack_frame())
         except Exception:  # noqa: BLE001 - closing anyway
             pass
+        if self._waiter is not None:
+            self._waiter.cancel()
         try:
-            await asyncio.wait_for(self.connection.close(), timeout=5)
+            if not self.channel.is_closed:
+                await asyncio.wait_for(self.channel.close(), timeout=5)
         except Exception as exc:  # noqa: BLE001 - the broker may already be gone
-            log.debug("amqp close failed: %r", exc)
+            log.debug("amqp channel close failed: %r", exc)
+        finally:
+            shared.hooks.channels.pop(self._channel_number, None)
+            if shared.sessions.get(self._channel_number) is self:
+                del shared.sessions[self._channel_number]
+                await self.pool.release(shared)
 
 
 async def _unused_consumer(message: Any) -> None:  # pragma: no cover - never called

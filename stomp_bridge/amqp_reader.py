@@ -4,12 +4,17 @@ aiormq reads each frame with three ``readexactly`` awaits, decodes it with
 pamqp, queues it for the connection, then for the channel, whose reader task
 awaits it again: about a dozen awaits and three pamqp decodes per delivered
 message. This receiver reads whatever the socket has, cuts every complete
-frame out of the buffer, and for the bridge's channel decodes basic.deliver
-(with its content) and publisher confirms itself, calling the session
-synchronously. Every other frame takes aiormq's usual route, in order.
+frame out of the buffer, and for every channel that registered
+:class:`ChannelHooks` decodes basic.deliver (with its content) and publisher
+confirms itself, calling that channel's session synchronously. Every other
+frame takes aiormq's usual route, in order.
 
-aiormq creates its receiver inside ``connect()``; the session hands the
-receiver its :class:`Hooks` through a context variable set around that call.
+One AMQP connection carries many STOMP sessions (one channel each), so the
+reader never waits for any one client: backpressure towards RabbitMQ is per
+channel (see ``amqp.AmqpSession``), never a pause of the shared socket.
+
+aiormq creates its receiver inside ``connect()``; the pool hands the receiver
+its :class:`Hooks` through a context variable set around that call.
 """
 
 from __future__ import annotations
@@ -17,12 +22,13 @@ from __future__ import annotations
 import contextvars
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import aiormq.connection
 import aiormq.exceptions as amqp_exc
 import pamqp.frame
+from pamqp.heartbeat import Heartbeat
 
 from .amqp_codec import (
     _CLASS_METHOD,
@@ -39,27 +45,43 @@ log = logging.getLogger(__name__)
 
 READ_SIZE = 256 * 1024
 FRAME_END = 0xCE
+_ALIVE = (0, 0, Heartbeat())  # what aiormq gets in place of frames the direct path took
+CHANNEL_CLOSE = (20, 40)
 
 DeliveryHook = Callable[[str, int, bool, str, str, dict[str, Any], bytes], None]
 ConfirmHook = Callable[[int, bool, bool], None]
 
 
-class Hooks:
-    """Where the direct path delivers; ``channel`` stays None until the channel is ready."""
+class ChannelHooks:
+    """Where the direct path delivers for one channel (one STOMP session)."""
 
-    __slots__ = ("channel", "on_delivery", "on_confirm", "on_batch_end", "wait_writable")
+    __slots__ = ("on_delivery", "on_confirm", "on_batch_end", "pending", "touched", "closed")
+
+    def __init__(
+        self, on_delivery: DeliveryHook | None = None, on_confirm: ConfirmHook | None = None,
+        on_batch_end: Callable[[], None] | None = None,
+    ) -> None:
+        self.on_delivery = on_delivery
+        self.on_confirm = on_confirm
+        # After each socket read that brought this channel frames: lets the
+        # session send its frames now, not one event-loop pass later.
+        self.on_batch_end = on_batch_end
+        # A delivery being assembled: [deliver args, properties, bytes still due, body parts]
+        self.pending: list[Any] | None = None
+        self.touched = False
+        # Set the moment RabbitMQ's channel.close arrives, before aiormq answers
+        # close-ok: from then on nothing may be written on this channel number,
+        # or RabbitMQ closes the whole shared connection (CHANNEL_ERROR).
+        self.closed = False
+
+
+class Hooks:
+    """The channels of one AMQP connection that take the direct path, by number."""
+
+    __slots__ = ("channels",)
 
     def __init__(self) -> None:
-        self.channel: int | None = None
-        self.on_delivery: DeliveryHook | None = None
-        self.on_confirm: ConfirmHook | None = None
-        # After each socket read's frames: lets the session send its frames now,
-        # not one event-loop pass later.
-        self.on_batch_end: Callable[[], None] | None = None
-        # Awaited before each socket read: while the STOMP client does not drain
-        # its socket, the bridge stops reading from RabbitMQ, so TCP pushes back
-        # on the broker instead of deliveries piling up in the bridge.
-        self.wait_writable: Callable[[], Awaitable[None]] | None = None
+        self.channels: dict[int, ChannelHooks] = {}
 
 
 current_hooks: contextvars.ContextVar[Hooks | None] = contextvars.ContextVar(
@@ -73,15 +95,12 @@ class BulkFrameReceiver(aiormq.connection.FrameReceiver):
         self.hooks = current_hooks.get()
         self._buf = bytearray()
         self._frames: deque[tuple[int, int, Any]] = deque()
-        # A delivery being assembled: [deliver args, properties, bytes still due, body parts]
-        self._pending: list[Any] | None = None
+        self._touched: list[ChannelHooks] = []  # channels that got frames in this read
+        self._surfaced = 0.0  # when aiormq last got a frame from us
 
     async def get_frame(self) -> Any:
         frames = self._frames
         while not frames:
-            hooks = self.hooks
-            if hooks is not None and hooks.wait_writable is not None:
-                await hooks.wait_writable()
             try:
                 data = await self.reader.read(READ_SIZE)
             except (ConnectionError, OSError) as exc:
@@ -90,8 +109,22 @@ class BulkFrameReceiver(aiormq.connection.FrameReceiver):
                 raise amqp_exc.AMQPConnectionError("Server connection unexpectedly closed")
             self._buf += data
             self._parse()
-            if hooks is not None and hooks.on_batch_end is not None:
-                self._call(hooks.on_batch_end)
+            touched = self._touched
+            if touched:
+                for target in touched:
+                    target.touched = False
+                    if target.on_batch_end is not None:
+                        self._call(target.on_batch_end)
+                touched.clear()
+            if not frames:
+                # aiormq judges the connection alive by the frames it sees, and RabbitMQ
+                # sends no heart-beats while deliveries flow: without this, a consumer fed
+                # steadily for 3 heart-beat intervals was closed as "stuck".
+                now = self.loop.time()
+                if now - self._surfaced >= 1.0:
+                    self._surfaced = now
+                    return _ALIVE
+        self._surfaced = self.loop.time()
         return frames.popleft()
 
     def _parse(self) -> None:
@@ -99,7 +132,7 @@ class BulkFrameReceiver(aiormq.connection.FrameReceiver):
         size_now = len(buf)
         pos = 0
         hooks = self.hooks
-        direct = hooks.channel if hooks is not None else None
+        direct = hooks.channels if hooks is not None else {}
         while size_now - pos >= 8:
             if not self.started and buf.startswith(b"AMQP"):
                 raise amqp_exc.ProtocolSyntaxError("Unexpected AMQP protocol header")
@@ -110,7 +143,11 @@ class BulkFrameReceiver(aiormq.connection.FrameReceiver):
             if buf[end] != FRAME_END:
                 raise amqp_exc.InvalidFrameError(f"frame of type {frame_type} does not end with 0xCE")
             self.started = True
-            if channel == direct and self._direct(frame_type, bytes(buf[pos + 7 : end])):
+            target = direct.get(channel) if channel else None
+            if target is not None and self._direct(target, frame_type, bytes(buf[pos + 7 : end])):
+                if not target.touched:
+                    target.touched = True
+                    self._touched.append(target)
                 pos = end + 1
                 continue
             self._frames.append(pamqp.frame.unmarshal(bytes(buf[pos : end + 1])))
@@ -118,44 +155,43 @@ class BulkFrameReceiver(aiormq.connection.FrameReceiver):
         if pos:
             del buf[:pos]
 
-    def _direct(self, frame_type: int, payload: bytes) -> bool:
-        """Handle a frame of the bridge's channel; False hands it to aiormq."""
-        hooks = self.hooks
-        assert hooks is not None
-        pending = self._pending
+    def _direct(self, target: ChannelHooks, frame_type: int, payload: bytes) -> bool:
+        """Handle a frame of a registered channel; False hands it to aiormq."""
+        pending = target.pending
         if frame_type == 1:
             method = _CLASS_METHOD.unpack_from(payload)
             if method == BASIC_DELIVER:
-                self._pending = [decode_deliver(payload), None, 0, []]
+                target.pending = [decode_deliver(payload), None, 0, []]
                 return True
             if method == BASIC_ACK or method == BASIC_NACK:
                 tag, multiple = decode_confirm(payload)
-                if hooks.on_confirm is not None:
-                    self._call(hooks.on_confirm, tag, multiple, method == BASIC_NACK)
+                if target.on_confirm is not None:
+                    self._call(target.on_confirm, tag, multiple, method == BASIC_NACK)
                 return True
+            if method == CHANNEL_CLOSE:
+                target.closed = True
             return False
         if pending is None:
             return False
         if frame_type == 2:
             pending[2], pending[1] = decode_content_header(payload)
             if pending[2] == 0:
-                self._deliver(pending)
+                self._deliver(target, pending)
             return True
         if frame_type == 3:
             pending[3].append(payload)
             pending[2] -= len(payload)
             if pending[2] <= 0:
-                self._deliver(pending)
+                self._deliver(target, pending)
             return True
         return False
 
-    def _deliver(self, pending: list[Any]) -> None:
-        self._pending = None
+    def _deliver(self, target: ChannelHooks, pending: list[Any]) -> None:
+        target.pending = None
         parts = pending[3]
         body = parts[0] if len(parts) == 1 else b"".join(parts)
-        hook = self.hooks.on_delivery if self.hooks is not None else None
-        if hook is not None:
-            self._call(hook, *pending[0], pending[1], body)
+        if target.on_delivery is not None:
+            self._call(target.on_delivery, *pending[0], pending[1], body)
 
     @staticmethod
     def _call(hook: Callable[..., None], *args: Any) -> None:

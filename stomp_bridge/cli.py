@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import logging
 import os
@@ -26,16 +27,23 @@ def build_parser() -> argparse.ArgumentParser:
         description="A STOMP 1.0-1.2 gateway in front of RabbitMQ. Every setting can also come "
         "from an environment variable STOMP_BRIDGE_<NAME> (e.g. STOMP_BRIDGE_PORT) or a TOML/YAML "
         "file (--config); flags win over variables, variables over the file. "
-        "`stomp-bridge config show` prints the effective configuration, secrets masked.",
+        "`stomp-bridge config show` prints the effective configuration, secrets masked. "
+        "Swaptacular: `stomp-bridge manifest write [-o stomp.toml]`, `stomp-bridge manifest validate "
+        "FILE`, `stomp-bridge forward` (see README). SIGHUP reloads the TLS certificate.",
     )
     parser.add_argument(
         "--config", help="TOML or YAML settings file (also STOMP_BRIDGE_CONFIG)", default=None
     )
     parser.add_argument("--version", action="version", version=f"stomp-bridge {__version__}")
     parser.add_argument("--host", help="interface to listen on (default 0.0.0.0)")
-    parser.add_argument("--port", type=int, help="STOMP TCP port (default 61613)")
+    parser.add_argument("--port", type=_port_or_none, help="STOMP TCP port (default 61613; none: no plain listener)")
+    parser.add_argument("--tls-port", type=_port_or_none, help="STOMP over TLS port (e.g. 61614; needs the tls_* files)")
     parser.add_argument(
         "--http-port", type=int, help="port of /metrics, /healthz, /readyz (default 9410; 0 picks one)"
+    )
+    parser.add_argument(
+        "--ws-port", type=_port_or_none,
+        help="STOMP over WebSocket port (default 15674, web-stomp's; 0 picks one; none disables)",
     )
     parser.add_argument("--amqp-url", help="RabbitMQ URL (default amqp://guest:guest@localhost:5672/)")
     parser.add_argument("--default-user", help="login used when CONNECT has none (default guest)")
@@ -52,6 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _port_or_none(text: str) -> int | str:
+    return text if text.strip().lower() in ("none", "off") else int(text)
+
+
 def load_settings(argv: list[str] | None = None) -> Settings:
     args = build_parser().parse_args(argv)
     overrides = {k: v for k, v in vars(args).items() if v is not None and k != "config"}
@@ -64,9 +76,14 @@ async def _serve(settings: Settings) -> None:
     except ImportError:
         pass
     server = BridgeServer(settings)
-    await server.start()
-    stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    try:  # SIGHUP: reload the TLS certificate and key (and certificate-login credentials)
+        loop.add_signal_handler(signal.SIGHUP, server.reload_tls)
+    except (NotImplementedError, AttributeError):  # pragma: no cover - non-Unix
+        pass
+    await server.start()
+    _tune_gc()
+    stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
             loop.add_signal_handler(sig, stop.set)
@@ -77,28 +94,120 @@ async def _serve(settings: Settings) -> None:
     await server.close()
 
 
+def _tune_gc() -> None:
+    """Fewer full garbage collections: each one walks every object of every connection.
+
+    At 10,000 connections (~1.5 M objects) a full collection stops the event loop
+    for a second or more, delaying heart-beats; CPython's default starts one every
+    10 young-generation passes once the old generation grew by a quarter, which
+    idle connections reach every half minute (each waiting read and timer is a new
+    long-lived object). 100 passes keep garbage cycles bounded and the pauses rare.
+    What exists once the listener runs (modules, settings) is never collected.
+    """
+    gen0, gen1, _ = gc.get_threshold()
+    gc.set_threshold(gen0, gen1, 100)
+    gc.freeze()
+
+
+def _settings_or_exit(argv: list[str]) -> Settings | int:
+    try:
+        return load_settings(argv)
+    except ValidationError as exc:
+        for err in exc.errors():
+            field = ".".join(str(p) for p in err["loc"])
+            if field:
+                print(f"stomp-bridge: invalid setting {field}: {err['msg']}", file=sys.stderr)
+            else:  # a rule across settings (listeners, TLS, certificate login, profile)
+                print(f"stomp-bridge: invalid configuration: {err['msg'].removeprefix('Value error, ')}",
+                      file=sys.stderr)
+        return 2
+    except (OSError, ValueError) as exc:
+        print(f"stomp-bridge: {exc}", file=sys.stderr)
+        return 2
+
+
+def _manifest(argv: list[str]) -> int:
+    """``manifest write [-o stomp.toml] [settings flags]`` / ``manifest validate FILE``."""
+    from . import manifest
+
+    if argv[:1] == ["validate"] and len(argv) == 2:
+        try:
+            found = manifest.parse(open(argv[1], encoding="utf-8").read())
+        except (OSError, manifest.ManifestError) as exc:
+            print(f"stomp-bridge: {argv[1]}: invalid manifest: {exc}", file=sys.stderr)
+            return 1
+        print(f"{argv[1]}: valid; servers {', '.join(found.servers)}; host {found.host!r}; "
+              f"destination {found.destination!r}")
+        return 0
+    if argv[:1] != ["write"]:
+        print("usage: stomp-bridge manifest write [-o FILE] [settings flags] | "
+              "stomp-bridge manifest validate FILE", file=sys.stderr)
+        return 2
+    sub = argparse.ArgumentParser(prog="stomp-bridge manifest write", add_help=False)
+    sub.add_argument("-o", "--output", default="-")
+    args, rest = sub.parse_known_args(argv[1:])
+    settings = _settings_or_exit(rest)
+    if isinstance(settings, int):
+        return settings
+    try:
+        text = manifest.dumps(manifest.from_settings(settings))
+    except manifest.ManifestError as exc:
+        print(f"stomp-bridge: {exc}", file=sys.stderr)
+        return 2
+    if args.output == "-":
+        print(text, end="")
+    else:
+        with open(args.output, "w", encoding="utf-8") as out:
+            out.write(text)
+    return 0
+
+
+async def _forward(settings: Settings) -> None:
+    from .forwarder import Forwarder
+    from .manifest import parse
+
+    if not settings.swpt_peer_manifest:
+        raise ValueError("stomp-bridge forward needs swpt_peer_manifest (the peer's stomp.toml)")
+    with open(settings.swpt_peer_manifest, encoding="utf-8") as f:
+        peer = parse(f.read())
+    forwarder = Forwarder(settings, peer)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except NotImplementedError:  # pragma: no cover - non-Unix
+            pass
+    await forwarder.run(stop)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:2] == ["config", "reference"]:
         print(reference(), end="")
         return 0
+    if argv[:1] == ["manifest"]:
+        return _manifest(argv[1:])
+    forward = argv[:1] == ["forward"]
+    if forward:
+        argv = argv[1:]
     show = argv[:2] == ["config", "show"]
     if show:
         argv = argv[2:]
-    try:
-        settings = load_settings(argv)
-    except ValidationError as exc:
-        for err in exc.errors():
-            field = ".".join(str(p) for p in err["loc"])
-            print(f"stomp-bridge: invalid setting {field}: {err['msg']}", file=sys.stderr)
-        return 2
-    except (OSError, ValueError) as exc:
-        print(f"stomp-bridge: {exc}", file=sys.stderr)
-        return 2
+    settings = _settings_or_exit(argv)
+    if isinstance(settings, int):
+        return settings
     if show:
         print(json.dumps(masked(settings), indent=2, sort_keys=True))
         return 0
     configure(settings.log_level, settings.log_format)
+    if forward:
+        try:
+            asyncio.run(_forward(settings))
+        except (OSError, ValueError) as exc:
+            print(f"stomp-bridge forward: {exc}", file=sys.stderr)
+            return 2
+        return 0
     runner = asyncio.run
     try:
         import uvloop
@@ -109,9 +218,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         runner(_serve(settings))
     except OSError as exc:
-        print(f"stomp-bridge: cannot listen (STOMP {settings.host}:{settings.port}, HTTP "
-              f"{settings.http_host}:{settings.http_port}): {exc.strerror or exc}. Choose other ports "
-              "with --port / --http-port or STOMP_BRIDGE_PORT / STOMP_BRIDGE_HTTP_PORT.", file=sys.stderr)
+        print(f"stomp-bridge: cannot listen (STOMP {settings.host}:{settings.port}, TLS {settings.tls_port}, "
+              f"WebSocket {settings.ws_port}, HTTP {settings.http_host}:{settings.http_port}): "
+              f"{exc.strerror or exc}. Choose other ports with --port / --tls-port / --ws-port / --http-port or "
+              "STOMP_BRIDGE_PORT / STOMP_BRIDGE_TLS_PORT / STOMP_BRIDGE_WS_PORT / STOMP_BRIDGE_HTTP_PORT "
+              "(none turns a listener off).",
+              file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         pass

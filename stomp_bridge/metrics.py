@@ -62,6 +62,7 @@ class Counters:
         self.heartbeat_timeouts = 0
         self.auth_failures = 0
         self.connections_refused: defaultdict[str, int] = defaultdict(int)  # by limit
+        self.websocket_upgrades = 0  # of the connections opened, those that came over WebSocket
         self.confirm_latency = Histogram(CONFIRM_BUCKETS)
 
 
@@ -79,6 +80,12 @@ class BridgeCollector(Collector):
             "RECEIPT frames waiting for RabbitMQ to confirm earlier publishes.",
             live["receipts_pending"],
         )
+        if "amqp_connections" in live:
+            yield _gauge(
+                "stomp_bridge_amqp_connections",
+                "AMQP connections to RabbitMQ, each shared by up to amqp_channels_per_connection sessions.",
+                live["amqp_connections"],
+            )
         yield _counter("stomp_bridge_connections_opened", "STOMP connections accepted.", c.connections_opened)
         yield _labelled(
             "stomp_bridge_connections_closed", "STOMP connections closed, by reason.", "reason",
@@ -87,6 +94,11 @@ class BridgeCollector(Collector):
         yield _labelled(
             "stomp_bridge_connections_refused", "STOMP connections refused by a limit.", "limit",
             c.connections_refused,
+        )
+        yield _counter(
+            "stomp_bridge_websocket_upgrades",
+            "WebSocket handshakes accepted (each then counts as a STOMP connection).",
+            c.websocket_upgrades,
         )
         yield _labelled("stomp_bridge_frames_received", "Frames from clients, by command.", "command", c.frames_in)
         yield _labelled("stomp_bridge_frames_sent", "Frames to clients, by command.", "command", c.frames_out)

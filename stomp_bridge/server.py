@@ -1,5 +1,8 @@
 """Listeners, the per-connection transport loop, heart-beats, and shutdown.
 
+A Connection reads and writes through a :class:`Link`: a TCP stream here, a
+WebSocket in websocket.py; everything above the link is shared.
+
 The transport reads a chunk, lets the parser cut it into frames, hands each
 frame to the session, then flushes the session's AMQP batch once per chunk.
 Not reading while a frame is being handled is the backpressure towards the
@@ -9,10 +12,16 @@ client: a slow broker (or a blocked connection) stops the socket reads.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import logging
+import resource
 import socket
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, Protocol
 
+from . import websocket
+from .amqp import pool_for
 from .protocol.errors import ProtocolError, StompError
 from .endpoints import Endpoints
 from .http import OpsServer
@@ -20,46 +29,124 @@ from .logs import log_frame
 from .metrics import Counters, Metrics
 from .protocol.frames import Frame, serialize
 from .protocol.proxy import ProxyHeaderParser, ProxyInfo, ProxyProtocolError
+from .certlogin import CertLogin, ConnectSecurity, amqp_client_context
 from .session import Session
 from .settings import Settings, mask_url
+from .swaptacular import SwaptacularProfile
+from .tls import PeerCertificate, ServerTLS, certificate_summary, peer_certificate
 
 log = logging.getLogger(__name__)
 
 READ_SIZE = 256 * 1024
+TLS_SHUTDOWN_TIMEOUT = 2.0
+FAIR_SHARE = 64  # frames one client may have handled before the loop serves the others
 SHUTDOWN = StompError("Server shutdown", "The bridge is shutting down; reconnect to another instance.")
 
 
+class Link(Protocol):
+    """The byte stream under a Connection: TCP here, WebSocket in websocket.py.
+
+    ``send`` gets complete STOMP frames (and heart-beat EOLs), one list element
+    each, so a WebSocket link can send one message per frame as web-stomp
+    does, while TCP joins them into one write.
+    """
+
+    def read(self) -> Awaitable[bytes]: ...  # next chunk of client bytes; b"" at the end
+    def send(self, frames: list[bytes]) -> int: ...  # returns the bytes accepted
+    def is_closing(self) -> bool: ...
+    def close(self) -> None: ...  # after what was sent has gone out
+    def pause_reading(self) -> None: ...
+    async def drain(self) -> None: ...  # until below the high-water mark
+    def writable(self) -> bool: ...  # below the high-water mark now (no waiting)
+
+
+class TcpLink:
+    """A STOMP client on a plain TCP (or TLS) stream."""
+
+    __slots__ = ("read", "is_closing", "close", "pause_reading", "_transport", "_writer", "_high")
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, high: int) -> None:
+        transport = writer.transport
+        transport.set_write_buffer_limits(high=high, low=high // 4)
+        self.read = functools.partial(reader.read, READ_SIZE)
+        self.is_closing = transport.is_closing
+        self.close = transport.close
+        self.pause_reading = transport.pause_reading
+        self._transport = transport
+        self._writer = writer
+        self._high = high
+
+    def writable(self) -> bool:
+        return self._transport.get_write_buffer_size() <= self._high
+
+    def send(self, frames: list[bytes]) -> int:
+        data = frames[0] if len(frames) == 1 else b"".join(frames)
+        self._transport.write(data)
+        return len(data)
+
+    async def drain(self) -> None:
+        await self._writer.drain()
+
+
+class WriteGate:
+    """The client's backpressure as the AMQP side sees it.
+
+    Awaiting it returns once the link is below its high-water mark;
+    ``is_open()`` says whether it is, without waiting (checked once per batch
+    of deliveries, to decide whether to acknowledge them to RabbitMQ now).
+    """
+
+    __slots__ = ("link",)
+
+    def __init__(self, link: Link) -> None:
+        self.link = link
+
+    def is_open(self) -> bool:
+        link = self.link
+        return link.is_closing() or link.writable()
+
+    async def __call__(self) -> None:
+        if self.link.is_closing():
+            return
+        try:
+            await self.link.drain()
+        except (ConnectionError, RuntimeError):
+            pass  # the connection is ending; its own loop cleans up
+
+
 class Connection:
-    """One client socket: bytes to frames to the session, and heart-beats."""
+    """One client: bytes to frames to the session, and heart-beats."""
+
+    __slots__ = (
+        "counters", "_initial", "link", "settings", "loop", "peer", "last_read", "last_write",
+        "_timers", "_out", "session", "_logging_in",
+    )
 
     def __init__(
         self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
+        link: Link,
         settings: Settings,
         counters: Counters,
         endpoints: Endpoints,
         peer: tuple[str, int] | None = None,
         initial: bytes = b"",
+        credentials: tuple[str | None, str | None] | None = None,
+        peer_cert: PeerCertificate | None = None,
+        security: ConnectSecurity | None = None,
     ) -> None:
         self.counters = counters
         self._initial = initial  # client bytes that arrived with a PROXY protocol header
-        self.reader = reader
-        self.writer = writer
+        self.link = link
         self.settings = settings
         self.loop = asyncio.get_running_loop()
-        self.transport = writer.transport
-        if peer is None:
-            peername = writer.get_extra_info("peername")
-            peer = (peername[0], peername[1]) if isinstance(peername, tuple) else None
         self.peer = peer[0] if peer is not None else None
         name = f"{peer[0]}:{peer[1]}" if peer is not None else "unknown"
         self.last_read = self.last_write = self.loop.time()
-        self._timers: list[asyncio.TimerHandle] = []
+        # The live timer of each kind ("connect", "send", "check"): a rescheduled
+        # timer replaces its predecessor, so a long-lived connection holds three at most.
+        self._timers: dict[str, asyncio.TimerHandle] = {}
         self._out: list[bytes] = []
-        self.transport.set_write_buffer_limits(
-            high=settings.write_buffer_high, low=settings.write_buffer_high // 4
-        )
+        self._logging_in = False  # a first frame arrived: connect_timeout no longer applies
         self.session = Session(
             settings,
             self._write,
@@ -67,9 +154,12 @@ class Connection:
             peer=self.peer,
             peer_name=name,
             flush_writes=self._flush_out,
-            wait_writable=self._wait_writable,
+            wait_writable=WriteGate(link),
             counters=counters,
             endpoints=endpoints,
+            credentials=credentials,
+            peer_cert=peer_cert,
+            security=security,
         )
 
     def _write(self, data: bytes) -> None:
@@ -89,41 +179,32 @@ class Connection:
         out = self._out
         if not out:
             return
-        data = out[0] if len(out) == 1 else b"".join(out)
-        out.clear()
-        if not self.transport.is_closing():
-            self.transport.write(data)
+        if not self.link.is_closing():
+            self.counters.bytes_out += self.link.send(out)
             self.last_write = self.loop.time()
-            self.counters.bytes_out += len(data)
-
-    async def _wait_writable(self) -> None:
-        """Returns once the client's socket buffer is below its high-water mark."""
-        if self.transport.is_closing():
-            return
-        try:
-            await self.writer.drain()
-        except (ConnectionError, RuntimeError):
-            pass  # the connection is ending; its own loop cleans up
+        out.clear()
 
     def _close(self) -> None:
-        for timer in self._timers:
+        for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
         self._flush_out()
-        if not self.transport.is_closing():
-            self.transport.close()
+        if not self.link.is_closing():
+            self.link.close()
 
     async def run(self) -> None:
         session = self.session
         parser = session.parser
         counters = self.counters
         frames_in = counters.frames_in
+        read = self.link.read
         debug = log.isEnabledFor(logging.DEBUG)
         started = self.loop.time()
-        self._timers.append(self.loop.call_later(self.settings.connect_timeout, self._connect_timeout))
+        self._timers["connect"] = self.loop.call_later(self.settings.connect_timeout, self._connect_timeout)
+        handled = 0
         try:
             while not session.closed:
-                data, self._initial = self._initial or await self.reader.read(READ_SIZE), b""
+                data, self._initial = self._initial or await read(), b""
                 if not data:
                     break
                 self.last_read = self.loop.time()
@@ -133,10 +214,18 @@ class Connection:
                     frame = parser.next_frame()
                     if frame is None:
                         break
+                    handled += 1
+                    if handled % FAIR_SHARE == 0:
+                        # A chunk can hold thousands of frames: let other clients in meanwhile.
+                        await session.flush()
+                        self._flush_out()
+                        await asyncio.sleep(0)
                     frames_in[frame.command] += 1
                     if debug:
                         log_frame(log, "in", session.peer_name, frame.command, frame.headers, frame.body)
                     connected_before = session.amqp is not None
+                    if not connected_before:
+                        self._logging_in = True  # from here amqp_connect_timeout bounds the wait
                     await session.handle(frame)
                     if not connected_before and session.amqp is not None:
                         self._start_heartbeats()
@@ -168,13 +257,13 @@ class Connection:
 
     async def shut_down(self) -> None:
         """Stop reading the client, let held receipts go out, then ERROR and close."""
-        if not self.transport.is_closing():
-            self.transport.pause_reading()
+        if not self.link.is_closing():
+            self.link.pause_reading()
         await self.session.receipts_sent()
         self.session.fail(SHUTDOWN)
 
     def _connect_timeout(self) -> None:
-        if self.session.amqp is None and not self.session.closed:
+        if self.session.amqp is None and not self.session.closed and not self._logging_in:
             self.session.fail(
                 ProtocolError(
                     "Connect timeout",
@@ -201,9 +290,9 @@ class Connection:
             if idle >= interval * 0.9:
                 self._write(b"\n")
                 idle = 0.0
-            self._timers.append(self.loop.call_later(interval - idle, beat))
+            self._timers["send"] = self.loop.call_later(interval - idle, beat)
 
-        self._timers.append(self.loop.call_later(interval, beat))
+        self._timers["send"] = self.loop.call_later(interval, beat)
 
     def _schedule_check(self, limit: float, *, heartbeat: bool) -> None:
         def check() -> None:
@@ -226,9 +315,9 @@ class Connection:
                     )
                 self.session.fail(error)
                 return
-            self._timers.append(self.loop.call_later(limit - silent, check))
+            self._timers["check"] = self.loop.call_later(limit - silent, check)
 
-        self._timers.append(self.loop.call_later(limit, check))
+        self._timers["check"] = self.loop.call_later(limit, check)
 
 
 class BridgeServer:
@@ -237,22 +326,88 @@ class BridgeServer:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._server: asyncio.base_events.Server | None = None
+        self._listeners: list[asyncio.base_events.Server] = []  # every listener, closed together
+        self.ws: asyncio.base_events.Server | None = None
+        self.wss: asyncio.base_events.Server | None = None
         self._connections: dict[asyncio.Task[Any], Connection] = {}
         self._per_ip: dict[str, int] = {}
         self._closing = False
         self.endpoints = Endpoints(settings.amqp_url)
+        self.pool = pool_for(
+            self.endpoints,
+            settings.amqp_heartbeat,
+            settings.amqp_connect_timeout,
+            channels_per_connection=settings.amqp_channels_per_connection,
+            min_connections=settings.amqp_min_connections_per_login,
+            reuse_seconds=settings.amqp_login_reuse_seconds,
+            auto_ack_window=settings.auto_ack_window,
+        )
         self.metrics = Metrics(self._live)
         self.counters = self.metrics.counters
         self.ops: OpsServer | None = None
+        # TLS: one reloadable context for the TLS and wss listeners, and what CONNECT
+        # does with a client certificate there.
+        amqp_context = amqp_client_context(settings)
+        self.security = ConnectSecurity(amqp_context=amqp_context)
+        self.tls: ServerTLS | None = None
+        self.tls_security = self.security
+        self._tls_server: asyncio.base_events.Server | None = None
+        self._tls_watch: asyncio.Task[None] | None = None
+        if settings.tls_port is not None or settings.wss_port is not None:
+            self.tls = ServerTLS.from_settings(settings)
+            self.tls_security = ConnectSecurity(
+                cert_login=CertLogin(settings) if settings.ssl_cert_login else None,
+                profile=SwaptacularProfile(settings) if settings.profile == "swaptacular" else None,
+                amqp_context=amqp_context,
+            )
 
     @property
     def port(self) -> int:
         assert self._server is not None
         return self._server.sockets[0].getsockname()[1]
 
+    @property
+    def tls_port(self) -> int:
+        assert self._tls_server is not None
+        return self._tls_server.sockets[0].getsockname()[1]
+
+    @property
+    def ws_port(self) -> int | None:
+        return self.ws.sockets[0].getsockname()[1] if self.ws is not None else None
+
+    @property
+    def wss_port(self) -> int | None:
+        return self.wss.sockets[0].getsockname()[1] if self.wss is not None else None
+
     async def start(self) -> None:
         s = self.settings
-        self._server = await asyncio.start_server(self._handle, s.host, s.port, limit=READ_SIZE)
+        _raise_fd_limit()
+        if s.port is not None:
+            self._server = await asyncio.start_server(self._handle, s.host, s.port, limit=READ_SIZE)
+            self._listeners.append(self._server)
+        if s.tls_port is not None:
+            assert self.tls is not None
+            self._tls_server = await asyncio.start_server(
+                functools.partial(self._handle, security=self.tls_security),
+                s.host,
+                s.tls_port,
+                limit=READ_SIZE,
+                ssl=self.tls.context,
+                ssl_handshake_timeout=s.connect_timeout,
+                # After an ERROR the TLS close waits for the client's close_notify; a client that
+                # never answers must not hold its socket (and AMQP connection) for long.
+                ssl_shutdown_timeout=TLS_SHUTDOWN_TIMEOUT,
+            )
+            self._listeners.append(self._tls_server)
+        if s.ws_port is not None:
+            self.ws = await websocket.listen(self, s.ws_host, s.ws_port)
+            self._listeners.append(self.ws)
+        if s.wss_port is not None:
+            assert self.tls is not None
+            self.wss = await websocket.listen(self, s.ws_host, s.wss_port, ssl=self.tls.context)
+            self._listeners.append(self.wss)
+        if self.tls is not None and s.tls_reload_interval:
+            self._tls_watch = asyncio.ensure_future(self._watch_tls(s.tls_reload_interval))
         if s.http_port is not None:
             self.ops = OpsServer(s.http_host, s.http_port, self.metrics.render, self.ready)
             await self.ops.start()
@@ -260,7 +415,13 @@ class BridgeServer:
             "stomp-bridge listening",
             extra={
                 "host": s.host,
-                "port": self.port,
+                "port": self.port if self._server is not None else None,
+                "tls_port": self.tls_port if self._tls_server is not None else None,
+                "profile": s.profile,
+                **({"tls_" + k: v for k, v in certificate_summary(s.tls_cert_file).items()}
+                   if self.tls is not None and s.tls_cert_file else {}),
+                "ws_port": self.ws_port,
+                "wss_port": self.wss_port,
                 "http_port": self.ops.port if self.ops else None,
                 "amqp": ",".join(mask_url(url) for url in self.endpoints.urls),
             },
@@ -271,11 +432,12 @@ class BridgeServer:
         return {
             "connections": len(connections),
             "receipts_pending": sum(c.session.receipts_pending for c in connections),
+            "amqp_connections": self.pool.connection_count,
         }
 
     async def ready(self) -> tuple[bool, str]:
         """Ready while accepting STOMP connections and a RabbitMQ node answers on its AMQP port."""
-        if self._closing or self._server is None or not self._server.is_serving():
+        if self._closing or not self._listeners or not all(srv.is_serving() for srv in self._listeners):
             return False, "not accepting connections"
         problems = []
         for index in range(len(self.endpoints.urls)):
@@ -299,17 +461,44 @@ class BridgeServer:
             )
         return None
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def reload_tls(self) -> bool:
+        """SIGHUP: the TLS files and the certificate-login credentials, again."""
+        if self.tls is None:
+            return False
+        done = self.tls.reload()
+        cert_login = self.tls_security.cert_login
+        if cert_login is not None:
+            try:
+                cert_login.reload()
+            except (OSError, ValueError) as exc:
+                log.error("credentials reload failed; the previous ones stay", extra={"error": str(exc)})
+                done = False
+        return done
+
+    async def _watch_tls(self, interval: float) -> None:
+        assert self.tls is not None
+        while True:
+            await asyncio.sleep(interval)
+            self.tls.reload_if_changed()
+
+    async def _handle(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        security: ConnectSecurity | None = None,
+    ) -> None:
         sock = writer.get_extra_info("socket")
         if sock is not None:
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except OSError:
                 pass
+        link = TcpLink(reader, writer, self.settings.write_buffer_high)
         peername = writer.get_extra_info("peername")
         peer = (peername[0], peername[1]) if isinstance(peername, tuple) else None
         initial = b""
-        if self.settings.proxy_protocol:
+        ssl_object = writer.get_extra_info("ssl_object")
+        if self.settings.proxy_protocol and ssl_object is None:
             try:
                 info, initial = await asyncio.wait_for(_read_proxy_header(reader), self.settings.connect_timeout)
             except (ProxyProtocolError, asyncio.TimeoutError, ConnectionError) as exc:
@@ -318,21 +507,39 @@ class BridgeServer:
                     "No PROXY protocol header; proxy_protocol is on, so every connection must come "
                     "through a load balancer that sends one."
                 )
-                self._refuse(writer, "Invalid PROXY protocol header", detail)
+                self._refuse(link, "Invalid PROXY protocol header", detail)
                 return
             if info.source is not None:
                 peer = info.source
+        await self.run_connection(
+            link, peer, initial=initial, peer_cert=peer_certificate(ssl_object), security=security,
+        )
+
+    async def run_connection(
+        self,
+        link: Link,
+        peer: tuple[str, int] | None,
+        initial: bytes = b"",
+        credentials: tuple[str | None, str | None] | None = None,
+        peer_cert: PeerCertificate | None = None,
+        security: ConnectSecurity | None = None,
+    ) -> None:
+        """A client of any listener: limits, the registry, metrics, then its session."""
+        if self._closing:  # accepted just before close() stopped the listeners
+            self._refuse(link, SHUTDOWN.message, SHUTDOWN.detail)
+            return
         ip = peer[0] if peer is not None else None
         refusal = self._refusal(ip)
         if refusal is not None:
             limit, detail = refusal
             self.counters.connections_refused[limit] += 1
-            self._refuse(writer, "Too many connections", detail)
+            self._refuse(link, "Too many connections", detail)
             return
         task = asyncio.current_task()
         assert task is not None
         connection = Connection(
-            reader, writer, self.settings, self.counters, self.endpoints, peer=peer, initial=initial
+            link, self.settings, self.counters, self.endpoints, peer=peer, initial=initial,
+            credentials=credentials, peer_cert=peer_cert, security=security or self.security,
         )
         self._connections[task] = connection
         self.counters.connections_opened += 1
@@ -350,10 +557,10 @@ class BridgeServer:
                     self._per_ip.pop(ip, None)
 
     @staticmethod
-    def _refuse(writer: asyncio.StreamWriter, message: str, detail: str) -> None:
+    def _refuse(link: Link, message: str, detail: str) -> None:
         headers = {"message": message, "content-type": "text/plain"}
-        writer.write(serialize(Frame("ERROR", headers, detail.encode()), "1.2"))
-        writer.close()
+        link.send([serialize(Frame("ERROR", headers, detail.encode()), "1.2")])
+        link.close()
 
     @property
     def connection_count(self) -> int:
@@ -369,8 +576,12 @@ class BridgeServer:
         """
         grace = self.settings.shutdown_grace if grace is None else grace
         self._closing = True
-        if self._server is not None:
-            self._server.close()
+        for listener in self._listeners:
+            listener.close()
+        if self._tls_watch is not None:
+            self._tls_watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._tls_watch
         connections = list(self._connections.values())
         if connections:
             await asyncio.wait(
@@ -385,15 +596,27 @@ class BridgeServer:
                 task.cancel()
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
-        if self._server is not None:
-            await self._server.wait_closed()
+        await self.pool.close()
+        for listener in self._listeners:
+            await listener.wait_closed()
         if self.ops is not None:
             await self.ops.close()
 
     async def serve_forever(self) -> None:
         await self.start()
-        assert self._server is not None
-        await self._server.serve_forever()
+        await asyncio.gather(*(srv.serve_forever() for srv in self._listeners))
+
+
+def _raise_fd_limit() -> None:
+    """One descriptor per client: take the hard limit, which is what it is for."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY:
+            hard = max(soft, 1 << 20)
+        if soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError):  # not permitted: keep what we have
+        pass
 
 
 async def _read_proxy_header(reader: asyncio.StreamReader) -> tuple[ProxyInfo, bytes]:

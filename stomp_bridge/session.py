@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from . import __version__
+from . import extensions as ext
 from .amqp import AmqpSession, broker_error
 from .endpoints import Endpoints
 from .logs import log_frame
@@ -33,13 +34,17 @@ from .protocol.connect import (
     negotiate_version,
     parse_heartbeat,
 )
+from .protocol import features
 from .protocol import headers as hdr
-from .protocol.errors import AccessRefused, BrokerError, ProtocolError, StompError
+from .protocol.errors import AccessRefused, BrokerError, InvalidDestination, ProtocolError, StompError
 from .protocol.frames import Frame, serialize
 from .protocol.parser import FrameParser, Limits
 
 if TYPE_CHECKING:
+    from .certlogin import ConnectSecurity
     from .settings import Settings
+    from .swaptacular import PeerPolicy
+    from .tls import PeerCertificate
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +55,11 @@ class Subscription:
     queue: str
     ack: bool  # the client acknowledges (ack:client or client-individual)
     multiple: bool  # ack:client: an ACK settles every earlier delivery too
+    # Extensions (extensions.py); the defaults cost nothing on the delivery path.
+    # ``filter`` sees (and may add to) each MESSAGE's headers; False drops the delivery.
+    filter: Callable[[dict[str, str]], bool] | None = None
+    extra_tags: tuple[str, ...] = ()  # more consumers of a composite SUBSCRIBE
+    consuming: bool = True  # False for a finished classic-queue browse
 
 
 class Session:
@@ -66,6 +76,9 @@ class Session:
         wait_writable: Callable[[], Awaitable[None]] | None = None,
         counters: Counters | None = None,
         endpoints: Endpoints | None = None,
+        credentials: tuple[str | None, str | None] | None = None,
+        peer_cert: PeerCertificate | None = None,
+        security: ConnectSecurity | None = None,
     ) -> None:
         self.settings = settings
         self.endpoints = endpoints if endpoints is not None else Endpoints(settings.amqp_url)
@@ -77,7 +90,15 @@ class Session:
         self._wait_writable = wait_writable
         self.peer = peer  # the client's IP address (loopback_users)
         self.peer_name = peer_name or peer or ""  # "ip:port", for logs and the AMQP connection name
+        # Login and passcode the transport already established (web-stomp's use_http_auth):
+        # CONNECT's login and passcode headers are then ignored, as the plugin's force_default_creds.
+        self._credentials = credentials
         self._debug = log.isEnabledFor(logging.DEBUG)
+        # TLS: the verified client certificate, what the listener does with it, and the
+        # Swaptacular per-peer rules once CONNECT has bound them (None: no checks).
+        self.peer_cert = peer_cert
+        self.security = security
+        self.policy: PeerPolicy | None = None
         # Who logged in, and why the connection ended: for the log lines and metrics.
         self.user = ""
         self.vhost = ""
@@ -100,6 +121,10 @@ class Session:
         self.declared_queues: set[str] = set()
         self.reply_queues: dict[str, str] = {}  # /temp-queue/<id> -> queue name
         self.transactions: dict[str, list[Frame]] = {}
+        self.client_id: str | None = None  # Artemis durable subscriptions
+        # Exclusive queues belong to the AMQP connection, which other sessions may share:
+        # close() deletes them, so they end with this STOMP connection as under the plugin.
+        self.exclusive_queues: list[str] = []
         self.ledger = ReceiptLedger(write, self.counters.confirm_latency.observe)
 
     # -- entry points used by the transport --------------------------------------
@@ -126,6 +151,9 @@ class Session:
         except StompError as exc:
             if exc.receipt_id is None:
                 exc.receipt_id = frame.headers.get("receipt")
+            if self.settings.nonfatal_errors and ext.survivable(command, exc):
+                self.fail(exc, close=False)
+                return
             raise
 
     async def flush(self) -> None:
@@ -136,8 +164,9 @@ class Session:
             except Exception as exc:  # noqa: BLE001
                 raise broker_error(exc) from exc
 
-    def fail(self, error: StompError) -> None:
-        """The one place an error becomes an ERROR frame; the connection then ends."""
+    def fail(self, error: StompError, *, close: bool = True) -> None:
+        """The one place an error becomes an ERROR frame; the connection then ends (unless
+        ``close=False``: the opt-in non-fatal SEND/SUBSCRIBE errors)."""
         if self.closed:
             return
         headers = {
@@ -155,8 +184,9 @@ class Session:
         counters.frames_out["ERROR"] += 1
         if isinstance(error, AccessRefused):
             counters.auth_failures += 1
-        self.close_reason = error.message
-        self.close_detail = error.private or error.detail
+        if close:
+            self.close_reason = error.message
+            self.close_detail = error.private or error.detail
         log.debug(
             "stomp error sent",
             extra={"peer": self.peer_name, "error": error.message, "detail": error.detail,
@@ -166,6 +196,8 @@ class Session:
             self._write(self._encode(Frame("ERROR", headers, body)))
         except Exception:  # noqa: BLE001 - the socket may already be gone
             pass
+        if not close:
+            return
         self.closed = True
         self.ledger.release_waiters()  # a DISCONNECT waiting for confirms ends, unreceipted
         self._close_transport()
@@ -177,6 +209,12 @@ class Session:
         self.ledger.release_waiters()
         amqp, self.amqp = self.amqp, None
         if amqp is not None:
+            if self.exclusive_queues and amqp.shares_connection():
+                for queue in self.exclusive_queues:
+                    try:
+                        await amqp.delete_queue(queue)
+                    except Exception:  # noqa: BLE001 - a dead channel: the queue goes with its connection
+                        break
             await amqp.close()
 
     @property
@@ -201,8 +239,22 @@ class Session:
         headers = frame.headers
         if version == "1.0":
             headers = {k: v.lstrip() for k, v in headers.items()}
+        cert_login, self.policy = (
+            await self.security.resolve(self.peer_cert, headers, version)
+            if self.security is not None else (None, None)
+        )
         login = headers.get("login")
-        if login is None:
+        if cert_login is not None:
+            login, passcode = cert_login.user, cert_login.password
+        elif self._credentials is not None:
+            login, passcode = self._credentials
+            if login is None:
+                raise AccessRefused(
+                    "Bad CONNECT",
+                    "No HTTP Basic credentials on the WebSocket upgrade request (the bridge's "
+                    "ws_use_http_auth) and no default_user configured on the bridge",
+                )
+        elif login is None:
             login, passcode = s.default_user, s.default_pass
             if login is None:
                 raise AccessRefused(
@@ -211,25 +263,47 @@ class Session:
                 )
         else:
             passcode = headers.get("passcode", s.default_pass or "")
-        vhost = headers.get("host", s.default_vhost)
+        if self.policy is not None:  # Swaptacular: host names the peer, the vhost is configured
+            vhost = self.policy.vhost
+        else:
+            vhost = ext.vhost_for(s, headers.get("host", s.default_vhost))
         cx, cy = parse_heartbeat(headers.get("heart-beat", "0,0"))
         if login in s.loopback_users and not is_loopback(self.peer):
             raise AccessRefused("Bad CONNECT", "non-loopback access denied")
         try:
-            amqp = await AmqpSession.open(
-                self.endpoints,
-                login,
-                passcode or "",
-                vhost,
-                client_name=f"stomp-bridge {self.peer_name} ({login})",
-                heartbeat=s.amqp_heartbeat,
-                timeout=s.amqp_connect_timeout,
-            )
+            # amqps://: verify RabbitMQ; EXTERNAL: also the certificate signed for this user
+            tls_login = {
+                "context": cert_login.context if cert_login is not None else (
+                    self.security.amqp_context if self.security is not None else None
+                ),
+                "external": cert_login is not None and cert_login.external,
+            }
+            try:
+                amqp = await AmqpSession.open(
+                    self.endpoints,
+                    login,
+                    passcode or "",
+                    vhost,
+                    client_name=f"stomp-bridge {self.peer_name} ({login})",
+                    heartbeat=s.amqp_heartbeat,
+                    timeout=s.amqp_connect_timeout,
+                    **tls_login,
+                )
+            except AccessRefused as exc:
+                if not ext.falls_back(s, vhost, exc):
+                    raise
+                vhost = s.default_vhost  # opt-in: an unknown host goes to the default vhost
+                amqp = await AmqpSession.open(
+                    self.endpoints, login, passcode or "", vhost,
+                    client_name=f"stomp-bridge {self.peer_name} ({login})",
+                    heartbeat=s.amqp_heartbeat, timeout=s.amqp_connect_timeout, **tls_login,
+                )
         except BrokerError:
             self.counters.amqp_connection_failures += 1
             raise
         self.amqp = amqp
         self.user, self.vhost = login, vhost
+        self.client_id = headers.get("client-id")
         self.amqp.on_delivery = self._on_delivery
         self.amqp.on_confirm = self._on_confirm
         self.amqp.on_closed = self._on_amqp_closed
@@ -284,7 +358,7 @@ class Session:
             self._queue_receipt(receipt)
             await self.receipts_sent()
         # AMQP first: once the client sees the socket close, RabbitMQ has already
-        # requeued its unacknowledged messages and dropped its exclusive queues.
+        # requeued its unacknowledged messages and the session's exclusive queues are gone.
         await self.close()
         self._close_transport()
 
@@ -296,9 +370,19 @@ class Session:
             self._maybe_receipt(frame)
 
     async def _send(self, frame: Frame) -> None:
+        hdr.check_send_headers(frame.headers)
+        if self.policy is not None:
+            self.policy.check_send(frame.headers)
+        try:
+            destination = self._destination(frame)
+        except InvalidDestination:
+            for part in ext.destinations(self, frame):  # composite, /dsub/ (or the plugin's error)
+                await self._send_to(frame, part)
+            return
+        await self._send_to(frame, destination)
+
+    async def _send_to(self, frame: Frame, destination: dest.Destination) -> None:
         headers = frame.headers
-        hdr.check_send_headers(headers)
-        destination = self._destination(frame)
         amqp = self._amqp()
         target = dest.send_target(
             destination,
@@ -311,16 +395,25 @@ class Session:
         reply_to = None
         reply_header = headers.get("reply-to")
         if reply_header is not None:
-            temp_id = dest.reply_to_temp_queue(reply_header)
-            if temp_id is not None:
-                reply_to = await self._reply_queue(temp_id)
+            if reply_header.startswith("/temp-topic/"):
+                reply_to = ext.temp_topic_reply_to(self, reply_header)
+            else:
+                temp_id = dest.reply_to_temp_queue(reply_header)
+                if temp_id is not None:
+                    reply_to = await self._reply_queue(temp_id)
         props = hdr.properties_from_send(headers, reply_to)
+        if ("expires" in headers or "ttl" in headers) and not ext.set_expiration(props, headers):
+            return  # already expired: never delivered, and the RECEIPT still comes
         try:
             seq = amqp.publish(target.exchange, target.routing_key, props, frame.body)
         except ValueError as exc:  # a value AMQP cannot carry, e.g. a 300-byte routing key
             raise ProtocolError("Invalid header", f"{exc}\n") from None
         self.ledger.published(seq)
         self.counters.messages_published += 1
+        if "retain" in headers and self.settings.retained_messages and destination.kind == dest.TOPIC:
+            action = features.retain_action(headers)
+            if action is not None:
+                await ext.retain(self, target, props, frame.body, action)
 
     async def _declare(self, plan: dest.QueueDeclare) -> str:
         name = await self._amqp().declare_queue(
@@ -332,6 +425,8 @@ class Session:
         )
         if plan.once_per_session:
             self.declared_queues.add(plan.queue)
+        if plan.exclusive:
+            self.exclusive_queues.append(name)
         return name
 
     async def _reply_queue(self, temp_id: str) -> str:
@@ -349,9 +444,14 @@ class Session:
     # -- SUBSCRIBE / UNSUBSCRIBE ----------------------------------------------------
 
     async def _on_subscribe(self, frame: Frame) -> None:
-        headers = frame.headers
+        headers = frame.headers = ext.subscribe_headers(frame.headers)
         dest.require_durable_id(headers)
-        destination = self._destination(frame)
+        try:
+            destination = self._destination(frame)
+            composite = None
+        except InvalidDestination:
+            composite = ext.destinations(self, frame)
+            destination = composite[0]
         tag = hdr.subscribe_consumer_tag(headers)
         if tag in self.subscriptions:
             raise ProtocolError(
@@ -365,19 +465,28 @@ class Session:
             )
         mode, multiple = hdr.ack_mode(headers)
         prefetch = _int_header(headers, "prefetch-count", 0)
+        if prefetch > 65535:  # basic.qos carries a 16-bit count
+            raise ProtocolError("Invalid header", "'prefetch-count' must be at most 65535")
         amqp = self._amqp()
         arguments = hdr.consume_arguments(headers, amqp.broker_version)
-        plan = dest.subscribe_plan(
-            destination,
-            headers,
-            self.settings.default_topic_exchange,
-            declare=destination.name not in self.declared_queues,
-        )
+        if headers.get("browser") == "true":
+            await ext.browse(self, frame, tag, destination)
+            self._maybe_receipt(frame)
+            return
+        hook = ext.delivery_filter(self, headers, composite or [destination])
+        if composite is not None:
+            sub = Subscription(tag, destination, "", ack=mode != "auto", multiple=multiple, filter=hook)
+            await ext.subscribe_composite(self, frame, sub, composite, prefetch, arguments)
+            self._maybe_receipt(frame)
+            return
+        plan = self._subscribe_plan(destination, headers)
         queue = plan.queue
         if plan.declare is not None:
             queue = await self._declare(plan.declare)
+        if self.settings.retained_messages and destination.kind == dest.TOPIC and plan.binding is not None:
+            await ext.copy_retained(self, queue, plan.binding)
         await amqp.qos(prefetch)
-        sub = Subscription(tag, destination, queue, ack=mode != "auto", multiple=multiple)
+        sub = Subscription(tag, destination, queue, ack=mode != "auto", multiple=multiple, filter=hook)
         self.subscriptions[tag] = sub
         try:
             await amqp.consume(queue, tag, no_ack=mode == "auto", arguments=arguments)
@@ -388,21 +497,37 @@ class Session:
             raise
         self._maybe_receipt(frame)
 
+    def _subscribe_plan(self, destination: dest.Destination, headers: dict[str, str]) -> dest.SubscribePlan:
+        plan = dest.subscribe_plan(
+            destination,
+            headers,
+            self.settings.default_topic_exchange,
+            declare=destination.name not in self.declared_queues,
+        )
+        return ext.adjust_plan(self, plan, destination, headers)
+
     async def _on_unsubscribe(self, frame: Frame) -> None:
         headers = frame.headers
         dest.require_durable_id(headers)
         tag = hdr.unsubscribe_consumer_tag(headers)
         sub = self.subscriptions.get(tag)
         if sub is None or sub.destination is None:
+            if sub is None and await ext.delete_durable_subscription(self, headers):
+                self._maybe_receipt(frame)  # Artemis: a durable subscription is deleted by name
+                return
             raise ProtocolError(
                 "No subscription found",
                 "UNSUBSCRIBE must refer to an existing subscription.\n"
                 f"Subscription to {tag[2:]!r} not found.\n",
             )
         amqp = self._amqp()
-        await amqp.cancel(tag)
+        if sub.consuming:
+            await amqp.cancel(tag)
         del self.subscriptions[tag]
-        doomed = dest.durable_queue_to_delete(sub.destination, headers)
+        for extra in sub.extra_tags:
+            await amqp.cancel(extra)
+            self.subscriptions.pop(extra, None)
+        doomed = dest.durable_queue_to_delete(sub.destination, headers) or ext.queue_to_delete(self, headers)
         if doomed is not None:
             await amqp.delete_queue(doomed)
         self._maybe_receipt(frame)
@@ -431,7 +556,7 @@ class Session:
         if sub is None or self.closed:
             return
         headers = hdr.message_headers(
-            tag,
+            sub.consumer_tag,
             self.session_id,
             delivery_tag,
             exchange,
@@ -440,6 +565,9 @@ class Session:
             properties,
             ack=sub.ack and self.version == "1.2",
         )
+        if sub.filter is not None and not sub.filter(headers):
+            ext.drop(self, sub, delivery_tag)
+            return
         if sub.ack:
             self.unacked[delivery_tag] = sub
         self.counters.messages_delivered += 1

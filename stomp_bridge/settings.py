@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import urllib.parse
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -28,7 +28,9 @@ class Settings(BaseSettings):
     )
 
     host: str = Field("0.0.0.0", description="Interface the STOMP TCP listener binds to.")
-    port: int = Field(61613, ge=0, le=65535, description="STOMP TCP port (0 picks a free one).")
+    port: int | None = Field(
+        61613, ge=0, le=65535, description="STOMP TCP port (0 picks a free one; unset: no plain TCP listener)."
+    )
     amqp_url: str = Field(
         "amqp://guest:guest@localhost:5672/",
         description="RabbitMQ node(s), comma-separated for a cluster (amqp:// or amqps://). Their "
@@ -45,6 +47,39 @@ class Settings(BaseSettings):
     )
     default_topic_exchange: str = Field("amq.topic", description="The exchange behind /topic/.")
     default_nack_requeue: bool = Field(True, description="NACK without a requeue header requeues.")
+    host_vhosts: dict[str, str] = Field(
+        default_factory=dict,
+        description="Map from CONNECT `host` values to vhosts (JSON in the environment), for clients "
+        "that always send the server's host name (stompman). Unlisted hosts are vhost names, as in "
+        "the plugin.",
+    )
+    unknown_host_default_vhost: bool = Field(
+        False,
+        description="A `host` that is not in host_vhosts and that RabbitMQ refuses as a vhost logs "
+        "in to default_vhost instead of failing (off: the plugin's behaviour).",
+    )
+    nonfatal_errors: bool = Field(
+        False,
+        description="A SEND or SUBSCRIBE the bridge refuses (bad destination, header or selector) gets "
+        "an ERROR but the connection stays open (off: every ERROR closes, as STOMP requires).",
+    )
+    retained_messages: bool = Field(
+        False,
+        description="Apollo retained messages: `retain:set` on a /topic/ SEND keeps it in a "
+        "one-message queue per topic, delivered first to each new subscriber of that topic "
+        "(costs a lookup per /topic/ SUBSCRIBE, hence opt-in).",
+    )
+    redeliveries_header: str | None = Field(
+        None,
+        description="Apollo's add_redeliveries_header: redelivered MESSAGEs carry this header with "
+        "the delivery count (quorum queues' x-delivery-count; 1 where RabbitMQ keeps no count).",
+    )
+    apollo_exclusive: bool = Field(
+        False,
+        description="`exclusive:true` on SUBSCRIBE means Apollo's exclusive subscription (one active "
+        "consumer with failover: an `x-single-active-consumer` queue) instead of the plugin's "
+        "exclusive (connection-owned) queue.",
+    )
     loopback_users: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["guest"],
         description="Users that may only log in from a loopback address, as RabbitMQ's own "
@@ -65,8 +100,8 @@ class Settings(BaseSettings):
     write_buffer_high: int = Field(
         1024 * 1024,
         ge=16 * 1024,
-        description="Bytes queued for a client before the bridge stops reading its deliveries "
-        "from RabbitMQ (TCP backpressure instead of memory).",
+        description="Bytes queued for a client before the bridge stops acknowledging its deliveries "
+        "to RabbitMQ, which then stops sending (prefetch, auto_ack_window): memory stays bounded.",
     )
     max_connections: int = Field(0, ge=0, description="Open STOMP connections at most (0: no limit).")
     max_connections_per_ip: int = Field(0, ge=0, description="Per client address (0: no limit).")
@@ -79,7 +114,43 @@ class Settings(BaseSettings):
     proxy_protocol: bool = Field(
         False,
         description="Expect a PROXY protocol v1/v2 header from a TCP load balancer on every "
-        "connection and take the client address from it (the plugin's proxy_protocol).",
+        "connection, STOMP and WebSocket, and take the client address from it (the plugins' "
+        "proxy_protocol).",
+    )
+    ws_port: int | None = Field(
+        15674,
+        ge=0,
+        le=65535,
+        description="STOMP over WebSocket port, as RabbitMQ's web-stomp (0 picks a free one; "
+        "`none` disables).",
+    )
+    ws_host: str | None = Field(
+        None, description="Interface of the WebSocket listeners (unset: the same as `host`)."
+    )
+    ws_path: str = Field("/ws", pattern="^/", description="URL path of the WebSocket endpoint.")
+    ws_max_message_size: int | None = Field(
+        None,
+        ge=1024,
+        description="Bytes per incoming WebSocket message; more: close 1009 after an ERROR "
+        "(unset: max_frame_size).",
+    )
+    ws_allowed_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Comma-separated Origins a browser page may connect from, e.g. "
+        "`https://app.example.com` (empty: any; requests without Origin are not from a browser "
+        "and always pass).",
+    )
+    ws_use_http_auth: bool = Field(
+        False,
+        description="Log in with the HTTP Basic credentials of the WebSocket upgrade request, "
+        "ignoring CONNECT's login/passcode; none: the default user (web-stomp's use_http_auth).",
+    )
+    wss_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="STOMP over secure WebSocket (wss) port, with tls_cert_file and tls_key_file "
+        "(unset: no wss listener).",
     )
     http_host: str = Field("0.0.0.0", description="Interface of the /metrics, /healthz, /readyz endpoint.")
     http_port: int | None = Field(
@@ -98,16 +169,195 @@ class Settings(BaseSettings):
     amqp_connect_timeout: float = Field(
         10.0, gt=0, description="Seconds to open an AMQP connection before trying the next node."
     )
+    amqp_channels_per_connection: int = Field(
+        64,
+        ge=1,
+        le=2047,
+        description="STOMP sessions (one AMQP channel each) that share one AMQP connection, when they "
+        "log in with the same user, passcode and vhost; 1 gives every session its own connection.",
+    )
+    amqp_min_connections_per_login: int = Field(
+        16,
+        ge=1,
+        description="The first this many STOMP sessions of one user/passcode/vhost get an AMQP "
+        "connection each (RabbitMQ works each connection in its own processes); later sessions "
+        "share the least loaded one.",
+    )
+    amqp_login_reuse_seconds: float = Field(
+        300.0,
+        ge=0,
+        description="A shared AMQP connection takes new STOMP logins for this long after RabbitMQ "
+        "authenticated it; later logins open (and authenticate) a new one, so a changed password "
+        "or deleted user applies to new logins within this time.",
+    )
+    auto_ack_window: int = Field(
+        500,
+        ge=1,
+        le=65535,
+        description="Deliveries of an ack:auto subscription in flight between RabbitMQ and a client "
+        "that stopped reading (the bridge acks them once the client's socket takes them).",
+    )
+
+    # -- TLS (the plugin's stomp.listeners.ssl and ssl_options) ---------------------
+    tls_port: int | None = Field(
+        None, ge=0, le=65535,
+        description="STOMP over TLS port, conventionally 61614 (unset: no TLS listener; 0 picks one).",
+    )
+    tls_cert_file: str | None = Field(None, description="PEM certificate chain of the TLS listener.")
+    tls_key_file: str | None = Field(None, description="PEM private key of tls_cert_file.")
+    tls_ca_file: str | None = Field(
+        None, description="PEM CA bundle that client certificates must chain to (verify_peer)."
+    )
+    tls_min_version: Literal["1.2", "1.3"] = Field("1.2", description="Oldest TLS version accepted.")
+    tls_verify_peer: bool = Field(
+        False, description="Ask clients for a certificate and verify it against tls_ca_file."
+    )
+    tls_fail_if_no_peer_cert: bool = Field(
+        False, description="With tls_verify_peer: refuse the handshake when a client sends no certificate."
+    )
+    tls_reload_interval: float = Field(
+        30.0, ge=0,
+        description="Seconds between checks of the TLS files for a new certificate (0: only on "
+        "SIGHUP). Open connections keep theirs; new ones get the new one.",
+    )
+    ssl_cert_login: bool = Field(
+        False,
+        description="A TLS client with a verified certificate and no login header logs in as the "
+        "user named by its certificate (the plugin's ssl_cert_login).",
+    )
+    ssl_cert_login_from: Literal["distinguished_name", "common_name"] = Field(
+        "distinguished_name",
+        description="The certificate's subject DN (RFC 4514, as RabbitMQ writes it) or its CN.",
+    )
+    tls_amqp_auth: Literal["external", "credentials"] = Field(
+        "external",
+        description="How a certificate-login user logs in to RabbitMQ: external (amqps + EXTERNAL "
+        "with a short-lived certificate for that user, signed by tls_amqp_signer_*) or "
+        "credentials (user and password from tls_amqp_credentials_file).",
+    )
+    tls_amqp_signer_cert_file: str | None = Field(
+        None, description="PEM CA certificate RabbitMQ trusts for client certificates (external)."
+    )
+    tls_amqp_signer_key_file: str | None = Field(None, description="Its private key.")
+    tls_amqp_cert_hours: float = Field(
+        24.0, gt=0, description="Lifetime of the per-user certificates the bridge signs (external)."
+    )
+    tls_amqp_credentials_file: str | None = Field(
+        None,
+        description="TOML: `[\"<certificate user name>\"]` tables with `user` and `password` "
+        "(credentials).",
+    )
+    tls_amqp_ca_file: str | None = Field(
+        None, description="PEM CA bundle to verify RabbitMQ's certificate on amqps:// (default: system)."
+    )
+    tls_amqp_verify_hostname: bool = Field(
+        True, description="Check that RabbitMQ's certificate names the host in amqp_url."
+    )
+
+    # -- the Swaptacular peer profile --------------------------------------------------
+    profile: Literal["default", "swaptacular"] = Field(
+        "default",
+        description="swaptacular: the Swaptacular STOMP transport (TLS 1.3 and client certificates "
+        "required, STOMP 1.2 only, SEND header rules, per-peer destination; plain TCP and WebSocket off).",
+    )
+    swpt_peer_id_from: str = Field(
+        "serialNumber", description="Subject attribute of the client certificate that holds the peer's node id."
+    )
+    swpt_host: str = Field(
+        "/", description="The host header peers send (manifest `host`); ${NODE_ID} is the peer's node id."
+    )
+    swpt_vhost: str = Field("/", description="The RabbitMQ vhost peers' messages go to.")
+    swpt_destination: str = Field(
+        "/exchange/smp/${NODE_ID}",
+        description="The destination peers SEND to (manifest `destination`); ${NODE_ID} is the "
+        "sending peer's node id, so each peer can only post to its own.",
+    )
+    swpt_accepted_content_types: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Content types accepted besides application/json, most preferred first.",
+    )
+    swpt_servers: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="host:port list written to the manifest's `servers`."
+    )
+    swpt_node_id: str | None = Field(
+        None, description="This node's id (the forwarder substitutes it for ${NODE_ID})."
+    )
+    swpt_forward_queue: str | None = Field(None, description="Local queue the forwarder sends to the peer.")
+    swpt_peer_manifest: str | None = Field(None, description="The peer's stomp.toml (path) for the forwarder.")
+    swpt_forward_window: int = Field(
+        100, ge=1, description="Messages the forwarder may have sent and not yet seen receipted."
+    )
+    swpt_forward_max_backoff: float = Field(
+        30.0, gt=0, description="Longest wait between the forwarder's reconnection attempts, seconds."
+    )
 
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR.")
     log_format: str = Field("text", pattern="^(text|json)$", description="text (key=value) or json lines.")
 
-    @field_validator("loopback_users", mode="before")
+    @field_validator(
+        "loopback_users", "ws_allowed_origins", "swpt_accepted_content_types", "swpt_servers", mode="before"
+    )
     @classmethod
     def _split(cls, value: object) -> object:
         if isinstance(value, str):
             return [v for v in (p.strip() for p in value.split(",")) if v]
         return value
+
+    @field_validator("port", "tls_port", "ws_port", "wss_port", "ws_max_message_size", mode="before")
+    @classmethod
+    def _none(cls, value: object) -> object:
+        # An environment variable cannot be unset from a chart's values; these spell "off".
+        if isinstance(value, str) and value.strip().lower() in ("", "none", "off", "false", "disabled"):
+            return None
+        return value
+
+    @field_validator("tls_min_version", mode="before")
+    @classmethod
+    def _tls_version(cls, value: object) -> object:
+        """Also RabbitMQ's and the chart's spelling: TLSv1.2, tlsv1.3."""
+        if isinstance(value, str) and value.lower().startswith("tlsv"):
+            return value[4:]
+        return value
+
+    @model_validator(mode="after")
+    def _listeners(self) -> Settings:
+        explicit = self.model_fields_set
+        if self.profile == "swaptacular":
+            # Swaptacular transport: mutual TLS 1.3 only.
+            for name, wanted in (
+                ("tls_min_version", "1.3"), ("tls_verify_peer", True), ("tls_fail_if_no_peer_cert", True)
+            ):
+                if name in explicit and getattr(self, name) != wanted:
+                    raise ValueError(f"profile=swaptacular requires {name}={wanted!s}")
+                object.__setattr__(self, name, wanted)
+            for name in ("port", "ws_port", "wss_port"):  # only the mutual-TLS STOMP listener
+                if name in explicit and getattr(self, name) is not None:
+                    raise ValueError(f"profile=swaptacular serves TLS STOMP only: unset {name}")
+                object.__setattr__(self, name, None)
+            if self.tls_port is None and "tls_port" not in explicit:
+                object.__setattr__(self, "tls_port", 61614)
+        if self.port is None and self.tls_port is None and self.ws_port is None and self.wss_port is None:
+            raise ValueError("no listener: set port, tls_port, ws_port or wss_port")
+        if self.wss_port is not None and not (self.tls_cert_file and self.tls_key_file):
+            raise ValueError("wss_port needs tls_cert_file and tls_key_file")
+        if self.tls_port is not None and not (self.tls_cert_file and self.tls_key_file):
+            raise ValueError("tls_port needs tls_cert_file and tls_key_file")
+        if self.tls_verify_peer and not self.tls_ca_file:
+            raise ValueError("tls_verify_peer needs tls_ca_file (the CAs client certificates chain to)")
+        if self.ssl_cert_login:
+            if not self.tls_verify_peer:
+                raise ValueError("ssl_cert_login needs tls_verify_peer (as the plugin: verify_peer)")
+            if self.tls_amqp_auth == "external":
+                if not (self.tls_amqp_signer_cert_file and self.tls_amqp_signer_key_file):
+                    raise ValueError(
+                        "ssl_cert_login with tls_amqp_auth=external needs tls_amqp_signer_cert_file and "
+                        "tls_amqp_signer_key_file (or tls_amqp_auth=credentials)"
+                    )
+                if any(not u.strip().startswith("amqps://") for u in self.amqp_url.split(",") if u.strip()):
+                    raise ValueError("tls_amqp_auth=external needs amqps:// RabbitMQ URLs (EXTERNAL is TLS-only)")
+            elif not self.tls_amqp_credentials_file:
+                raise ValueError("tls_amqp_auth=credentials needs tls_amqp_credentials_file")
+        return self
 
 
 SECRET_FIELDS = ("default_pass",)

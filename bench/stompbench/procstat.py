@@ -12,10 +12,14 @@ ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def start_bridge(port: int) -> subprocess.Popen:
+def start_bridge(port: int, settings: dict[str, str] | None = None) -> subprocess.Popen:
+    """``settings``: extra STOMP_BRIDGE_<NAME> environment for the bridge."""
+    env = dict(os.environ)
+    for name, value in (settings or {}).items():
+        env[f"STOMP_BRIDGE_{name.upper()}"] = value
     proc = subprocess.Popen(
         [sys.executable, "-m", "stomp_bridge", "--port", str(port), "--http-port", "0", "--log-level", "WARNING"],
-        cwd=ROOT,
+        cwd=ROOT, env=env,
     )
     for _ in range(100):
         if proc.poll() is not None:

@@ -182,6 +182,7 @@ class FrameParser:
                 eol = buf.find(b"\n", self._scan)
                 if eol < 0:
                     self._scan = len(buf)
+                    self._pos = pos  # the partial line starts here, not where this call began
                     self._check_partial_line()
                     return False
                 start = pos

@@ -82,6 +82,7 @@ class CliProcess:
         env = {k: v for k, v in os.environ.items()
                if not k.startswith("STOMP_BRIDGE_") or k.startswith("STOMP_BRIDGE_TEST_")}
         env["STOMP_BRIDGE_HTTP_PORT"] = "0"  # a free port: tests never collide on the default 9410
+        env["STOMP_BRIDGE_WS_PORT"] = "0"  # nor on web-stomp's 15674
         env.update(env_overrides or {})
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "stomp_bridge", *args],

@@ -34,10 +34,11 @@ def _bridge_connection(rabbit, peer_port: int, deadline: float = 10.0) -> str:
     raise AssertionError(f"no AMQP connection of the bridge for client port {peer_port}")
 
 
-def test_broker_closing_the_connection_gives_the_client_an_error_and_a_close(connected, rabbit, queues, unique):
+def test_broker_closing_the_connection_gives_the_client_an_error_and_a_close(bridge, dial, rabbit, queues, unique):
     name = f"forced-{unique}"
     queues.append(name)
-    conn = connected()
+    conn = dial(bridge())  # its own bridge: the AMQP connection it shares carries this client's name
+    conn.connect()
     conn.subscribe(f"/queue/{name}")
     amqp_name = _bridge_connection(rabbit, conn.sock.getsockname()[1])
     rabbit.request("DELETE", f"/connections/{urllib.parse.quote(amqp_name, safe='')}")

@@ -10,7 +10,7 @@ from pamqp.body import ContentBody
 from pamqp.header import ContentHeader
 
 from stomp_bridge.amqp_codec import decode_confirm, decode_content_header, decode_deliver
-from stomp_bridge.amqp_reader import BulkFrameReceiver, Hooks, current_hooks
+from stomp_bridge.amqp_reader import BulkFrameReceiver, ChannelHooks, Hooks, current_hooks
 
 PROPS = {
     "content_type": "text/plain",
@@ -74,9 +74,10 @@ def feed(receiver: BulkFrameReceiver, data: bytes, chunk: int) -> None:
 def make_receiver(channel: int = 1):
     hooks = Hooks()
     got: list = []
-    hooks.on_delivery = lambda *args: got.append(("deliver", args))
-    hooks.on_confirm = lambda *args: got.append(("confirm", args))
-    hooks.channel = channel
+    hooks.channels[channel] = ChannelHooks(
+        on_delivery=lambda *args: got.append(("deliver", args)),
+        on_confirm=lambda *args: got.append(("confirm", args)),
+    )
     token = current_hooks.set(hooks)
     try:
         receiver = BulkFrameReceiver(reader=None)  # _parse is fed directly; nothing is read
@@ -120,3 +121,34 @@ def test_a_frame_without_its_end_byte_is_refused():
     data[-1] = 0
     with pytest.raises(aiormq.exceptions.InvalidFrameError):
         feed(receiver, bytes(data), 100)
+
+
+def test_channels_sharing_a_connection_each_get_their_own_frames_even_interleaved():
+    receiver, _ = make_receiver(channel=9)  # a third channel that gets nothing
+    got: dict[int, list] = {1: [], 2: []}
+    ends: list[int] = []
+    for number in (1, 2):
+        receiver.hooks.channels[number] = ChannelHooks(
+            on_delivery=lambda *args, n=number: got[n].append(args[-1]),
+            on_confirm=lambda *args, n=number: got[n].append(args),
+            on_batch_end=lambda n=number: ends.append(n),
+        )
+    one = deliver_frames(1, 1, b"a" * 5000, frame_max=1024)
+    two = deliver_frames(2, 1, b"b" * 3000, frame_max=1024)
+    # Frame by frame, alternating channels: content of one channel may be interleaved with another's.
+    split = lambda data: [pamqp.frame.marshal(f, ch) for _, ch, f in _frames(data)]
+    stream = b"".join(a + b for a, b in zip(split(one), split(two))) + b"".join(split(one)[len(split(two)):])
+    stream += pamqp.frame.marshal(spec.Basic.Ack(delivery_tag=3, multiple=False), 2)
+    feed(receiver, stream, len(stream))
+    assert got[1] == [b"a" * 5000]
+    assert got[2] == [b"b" * 3000, (3, False, False)]
+    assert not receiver._frames
+
+
+def _frames(data: bytes):
+    out = []
+    while data:
+        consumed, channel, frame = pamqp.frame.unmarshal(data)
+        out.append((consumed, channel, frame))
+        data = data[consumed:]
+    return out

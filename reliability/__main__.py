@@ -1,0 +1,180 @@
+"""``python -m reliability [--short|--long]``: every reliability check, then a summary table.
+
+    python -m reliability --short              # about two minutes (CI runs the same from pytest)
+    python -m reliability --long               # 1,000,000 parser executions, 20-minute soak, ...
+    python -m reliability --long --soak-seconds 300 --only soak,faults --json out.json
+
+Needs the RabbitMQ the tests use (STOMP_BRIDGE_TEST_AMQP_URL or 127.0.0.1:5672,
+management API on 15672). The RabbitMQ-restart scenario starts a private node
+of its own (root and Debian's rabbitmq-server needed; skipped with a note
+otherwise); the shared node is never restarted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+import urllib.parse
+from pathlib import Path
+
+from . import faults, fuzz_parser, fuzz_session, hostile, soak
+from .broker import Management, PrivateRabbit
+
+PARTS = ["parser", "session", "hostile", "faults", "soak"]
+
+PROFILES = {
+    "short": {"fuzz_runs": 20_000, "sessions": 150, "window": 1.5, "subscriptions": 500, "baseline": 2.0,
+              "fault_seconds": 6.0, "kill_seconds": 6.0, "rabbit_seconds": 8.0, "rabbit_restarts": 2,
+              "soak_seconds": 20.0},
+    "long": {"fuzz_runs": 1_000_000, "sessions": 5_000, "window": 10.0, "subscriptions": 10_000, "baseline": 10.0,
+             "fault_seconds": 120.0, "kill_seconds": 60.0, "rabbit_seconds": 60.0, "rabbit_restarts": 6,
+             "soak_seconds": 1200.0},
+}
+
+
+def amqp_url() -> str:
+    return os.environ.get("STOMP_BRIDGE_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
+
+
+def management() -> Management:
+    url = urllib.parse.urlsplit(amqp_url())
+    api = os.environ.get("STOMP_BRIDGE_TEST_API_URL", f"http://{url.hostname or '127.0.0.1'}:15672/api")
+    return Management(api, urllib.parse.unquote(url.username or "guest"), urllib.parse.unquote(url.password or "guest"))
+
+
+async def run(parts: list[str], p: dict, work: Path, log) -> dict:
+    out: dict = {"profile": p}
+    mgmt = management()
+    url = amqp_url()
+    if "parser" in parts:
+        log("parser fuzzing ...")
+        out["parser"] = await asyncio.to_thread(fuzz_parser.fuzz, p["fuzz_runs"], work)
+        if out["parser"]["crashed"]:
+            raise AssertionError("parser fuzzing found a failure:\n" + out["parser"]["output"])
+    if "session" in parts:
+        log("session fuzzing ...")
+        out["session"] = await fuzz_session.run(url, mgmt, p["sessions"], seed=int(time.time()))
+    if "hostile" in parts:
+        log("hostile clients ...")
+        vhost = mgmt.create_vhost()
+        try:
+            out["hostile"] = await hostile.run(url, vhost, p["window"], p["subscriptions"], p["baseline"])
+        finally:
+            mgmt.delete_vhost(vhost)
+    if "faults" in parts:
+        log("fault injection: proxies ...")
+        out["faults"] = {"proxies": await faults.proxies(url, mgmt, p["fault_seconds"])}
+        log("fault injection: kill -9 ...")
+        out["faults"]["kill -9 bridge"] = await faults.kill9(url, mgmt, p["kill_seconds"])
+        why_not = PrivateRabbit.available()
+        if why_not is None:
+            log("fault injection: RabbitMQ restarts (private node) ...")
+            out["faults"]["RabbitMQ restart"] = await faults.rabbit_restart(p["rabbit_seconds"], p["rabbit_restarts"])
+        else:
+            out["rabbit_restart_skipped"] = why_not
+        for tally in out["faults"].values():
+            if tally.lost:
+                raise AssertionError(f"messages lost under faults: {tally}")
+    if "soak" in parts:
+        log(f"soak for {p['soak_seconds']:g} s ...")
+        out["soak"] = await soak.run(url, mgmt, p["soak_seconds"])
+    return out
+
+
+def table(rows: list[tuple[str, ...]], header: tuple[str, ...]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    line = lambda r: "| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths)) + " |"  # noqa: E731
+    return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
+
+
+def summary(out: dict) -> str:
+    text = []
+    rows = []
+    if "parser" in out:
+        r = out["parser"]
+        rows.append(("executions fuzzed: frame parser, whole + byte at a time", f"{r['executions']:,}",
+                     f"{r['engine']}, {r['seconds']} s, corpus {r['corpus']}"))
+    if "session" in out:
+        r = out["session"]
+        rows.append(("executions fuzzed: sessions on real connections", f"{r['sessions']:,}",
+                     f"{r['bytes']:,} bytes, {r['errors']} ERRORs, {r['seconds']} s, "
+                     "bridge RSS {} -> {} MB".format(*r.get("bridge_rss_mb", ("?", "?")))))
+    if "hostile" in out:
+        r = out["hostile"]
+        rows.append(("attacks tried (hostile connections)", f"{r['attacks']:,}", f"{r['kinds']} kinds"))
+    msgs = {"sent": 0, "received": 0, "lost": 0, "duplicated": 0}
+    if "faults" in out:
+        n = sum(t.faults for t in out["faults"].values())
+        kinds = {}
+        for t in out["faults"].values():
+            kinds.update(t.fault_kinds)
+        rows.append(("faults injected", f"{n:,}", ", ".join(f"{k} {v}" for k, v in sorted(kinds.items()))))
+        for name, t in out["faults"].items():
+            for key in msgs:
+                msgs[key] += getattr(t, key)
+    if "soak" in out:
+        for key in msgs:
+            msgs[key] += out["soak"][key]
+    if "faults" in out or "soak" in out:
+        for key in msgs:
+            rows.append((f"messages {key}", f"{msgs[key]:,}", "faults + soak" + (" (must be 0)" if key == "lost" else "")))
+    text.append(table(rows, ("what", "count", "detail")))
+    if "hostile" in out:
+        text.append("\nwell-behaved client's round trip during each attack (reported, not asserted):")
+        text.append(table([(r["attack"], r["connections"], r["n"], r["p50_ms"], r["p99_ms"]) for r in out["hostile"]["rows"]],
+                          ("attack", "hostile conns", "round trips", "p50 ms", "p99 ms")))
+        text.append("outcomes: " + ", ".join(f"{k}: {v}" for k, v in out["hostile"]["outcomes"].items()))
+    if "faults" in out:
+        text.append("\nresending client under faults (every SEND resent until receipted):")
+        text.append(table([(name, t.faults, t.sent, t.sends, t.reconnects, t.received, t.lost, t.duplicated)
+                           for name, t in out["faults"].items()],
+                          ("scenario", "faults", "messages", "SEND frames", "reconnects", "in RabbitMQ", "lost", "duplicates")))
+    if "rabbit_restart_skipped" in out:
+        text.append(f"RabbitMQ restart scenario skipped: {out['rabbit_restart_skipped']}")
+    if "soak" in out:
+        s = out["soak"]
+        text.append(f"\nsoak {s['seconds']} s, {s['connections']:,} client connections:")
+        text.append(table([(k, s[k]["rss_mb"], s[k]["fds"], s[k]["tasks"]) for k in ("idle", "warm", "end")],
+                          ("bridge", "RSS MB", "open fds", "asyncio tasks")))
+        text.append(f"AMQP connections/channels left in the vhost: {s['amqp_connections_end']}/{s['amqp_channels_end']}; "
+                    f"peak RSS during the run {max([x['rss_mb'] for x in s['samples']] or [0])} MB; "
+                    f"problems: {s['problems'] or 'none'}")
+    return "\n".join(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m reliability", description=__doc__.split("\n\n")[0])
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--short", action="store_const", dest="profile", const="short", default="short")
+    mode.add_argument("--long", action="store_const", dest="profile", const="long")
+    parser.add_argument("--only", default=",".join(PARTS), help=f"comma-separated parts: {','.join(PARTS)}")
+    for key, value in PROFILES["short"].items():
+        parser.add_argument("--" + key.replace("_", "-"), type=type(value), default=None)
+    parser.add_argument("--json", help="write the full results here")
+    parser.add_argument("--work", help="directory for the fuzzing corpus (default: a temporary one)")
+    args = parser.parse_args(argv)
+    profile = dict(PROFILES[args.profile])
+    profile.update({k: getattr(args, k) for k in profile if getattr(args, k) is not None})
+    parts = [p for p in args.only.split(",") if p]
+    logging.getLogger("asyncio").setLevel(logging.CRITICAL)  # writes to sockets a fault just reset
+    work = Path(args.work or tempfile.mkdtemp(prefix="reliability-"))
+    started = time.monotonic()
+    log = lambda m: print(f"[{time.monotonic() - started:7.1f} s] {m}", file=sys.stderr, flush=True)  # noqa: E731
+    out = asyncio.run(run(parts, profile, work, log))
+    print(summary(out))
+    if args.json:
+        def default(o):
+            return o.__dict__ if hasattr(o, "__dict__") else str(o)
+        Path(args.json).write_text(json.dumps(out, indent=1, default=default))
+    problems = out.get("soak", {}).get("problems")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

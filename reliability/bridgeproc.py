@@ -1,0 +1,188 @@
+"""The bridge as a child process that the harness can inspect, kill -9 and restart.
+
+``python -m reliability.bridgeproc STATS_FILE`` runs a bridge configured from
+``STOMP_BRIDGE_*`` variables (as ``stomp-bridge`` does) and rewrites STATS_FILE
+twice a second with what only the process itself can see: live asyncio tasks,
+connections, and log records at ERROR (an unexpected exception in a connection
+handler is logged there, so any count above zero is a crash that a client's
+bytes caused). RSS and open file descriptors are read from /proc by the parent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class _ErrorCounter(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.count = 0
+        self.last = ""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += 1
+        self.last = record.getMessage()[:300]
+
+
+async def _serve(stats_path: str) -> None:
+    from stomp_bridge.server import BridgeServer
+    from stomp_bridge.settings import Settings
+
+    settings = Settings()
+    server = BridgeServer(settings)
+    errors = _ErrorCounter()
+    logging.getLogger().addHandler(errors)
+    await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    tmp = stats_path + ".tmp"
+    while not stop.is_set():
+        stats = {
+            "port": server.port,
+            "http_port": server.ops.port if server.ops else None,
+            "tasks": len(asyncio.all_tasks()),
+            "connections": server.connection_count,
+            "log_errors": errors.count,
+            "last_error": errors.last,
+            "time": time.time(),
+        }
+        with open(tmp, "w") as f:
+            json.dump(stats, f)
+        os.replace(tmp, stats_path)
+        try:
+            await asyncio.wait_for(stop.wait(), 0.5)
+        except asyncio.TimeoutError:
+            pass
+    await server.close(grace=5)
+
+
+def main() -> None:
+    from stomp_bridge.logs import configure
+
+    configure(os.environ.get("STOMP_BRIDGE_LOG_LEVEL", "WARNING"), "text")
+    try:
+        import uvloop
+
+        uvloop.run(_serve(sys.argv[1]))
+    except ImportError:
+        asyncio.run(_serve(sys.argv[1]))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class BridgeProcess:
+    """One bridge child process; ``settings`` become STOMP_BRIDGE_* variables."""
+
+    amqp_url: str
+    settings: dict[str, object] = field(default_factory=dict)
+    port: int = 0
+    proc: subprocess.Popen | None = None
+    starts: int = 0
+
+    def __post_init__(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="rel-bridge-")
+        self.stats_path = os.path.join(self.dir, "stats.json")
+        self.log_path = os.path.join(self.dir, "bridge.log")
+        if not self.port:
+            self.port = free_port()
+
+    def start(self, timeout: float = 20.0) -> "BridgeProcess":
+        env = dict(os.environ)
+        env.update({f"STOMP_BRIDGE_{k.upper()}": str(v) for k, v in self.settings.items()})
+        env.update(STOMP_BRIDGE_HOST="127.0.0.1", STOMP_BRIDGE_PORT=str(self.port),
+                   STOMP_BRIDGE_AMQP_URL=self.amqp_url, STOMP_BRIDGE_HTTP_PORT="0",
+                   PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""))
+        env.setdefault("STOMP_BRIDGE_LOG_LEVEL", "WARNING")
+        if os.path.exists(self.stats_path):
+            os.unlink(self.stats_path)
+        log = open(self.log_path, "a")
+        self.proc = subprocess.Popen([sys.executable, "-m", "reliability.bridgeproc", self.stats_path],
+                                     cwd=ROOT, env=env, stdout=log, stderr=log)
+        log.close()
+        self.starts += 1
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"bridge exited with {self.proc.returncode}; log {self.log_path}:\n"
+                                   + self.log_tail())
+            if os.path.exists(self.stats_path):
+                return self
+            time.sleep(0.05)
+        self.kill9()
+        raise RuntimeError(f"bridge did not start within {timeout} s; log:\n{self.log_tail()}")
+
+    def log_tail(self, n: int = 30) -> str:
+        try:
+            return "".join(open(self.log_path).readlines()[-n:])
+        except OSError:
+            return ""
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stats(self) -> dict:
+        with open(self.stats_path) as f:
+            return json.load(f)
+
+    def fresh_stats(self, timeout: float = 5.0) -> dict:
+        """Stats written after now (the file is rewritten every 0.5 s)."""
+        now = time.time()
+        deadline = time.monotonic() + timeout
+        while True:
+            stats = self.stats()
+            if stats["time"] >= now or time.monotonic() > deadline:
+                return stats
+            time.sleep(0.1)
+
+    def rss_kb(self) -> int:
+        with open(f"/proc/{self.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        return 0
+
+    def fds(self) -> int:
+        return len(os.listdir(f"/proc/{self.pid}/fd"))
+
+    def kill9(self) -> None:
+        if self.alive():
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> int | None:
+        if not self.alive():
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.kill9()
+            return None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,227 @@
+"""A small synchronous STOMP 1.2 client on plain sockets (and ssl), for Spark tasks.
+
+Every Spark task opens its own connection, does one bounded job (publish its
+rows, read one offset range, drain N messages) and closes it. A blocking
+socket with explicit deadlines is the simplest thing to reason about inside a
+task: no threads, no event loop, nothing left running when the task ends.
+Only the standard library is imported, so executors need none of the bridge's
+server dependencies.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import ssl
+import time
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from .options import ConnectionOptions
+
+_ESCAPE = str.maketrans({"\\": "\\\\", "\n": "\\n", "\r": "\\r", ":": "\\c"})
+_UNESCAPE = {"\\": "\\", "n": "\n", "r": "\r", "c": ":"}
+
+
+class StompClientError(RuntimeError):
+    """The server sent ERROR, closed the connection, or did not answer in time."""
+
+
+@dataclass
+class Frame:
+    command: str
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+
+
+def _unescape(value: str) -> str:
+    if "\\" not in value:
+        return value
+    out, i = [], 0
+    while i < len(value):
+        ch = value[i]
+        if ch == "\\" and i + 1 < len(value):
+            out.append(_UNESCAPE.get(value[i + 1], value[i : i + 2]))
+            i += 2
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)
+
+
+def encode_frame(command: str, headers: dict[str, str], body: bytes = b"") -> bytes:
+    """STOMP 1.2 frame; CONNECT headers are not escaped (STOMP 1.2), ``content-length`` always set for bodies."""
+    lines = [command]
+    escape = command != "CONNECT"
+    for name, value in headers.items():
+        value = str(value)
+        lines.append(f"{name.translate(_ESCAPE)}:{value.translate(_ESCAPE)}" if escape else f"{name}:{value}")
+    if body:
+        lines.append(f"content-length:{len(body)}")
+    return ("\n".join(lines) + "\n\n").encode() + body + b"\0"
+
+
+def parse_frame(buffer: bytearray) -> Frame | None:
+    """Take one frame off the front of ``buffer`` (heart-beat EOLs skipped), or None if incomplete."""
+    start = 0
+    while start < len(buffer) and buffer[start] in (10, 13):
+        start += 1
+    end_headers = buffer.find(b"\n\n", start)
+    if end_headers < 0:
+        if start:
+            del buffer[:start]
+        return None
+    lines = buffer[start:end_headers].decode("utf-8").replace("\r\n", "\n").split("\n")
+    command = lines[0]
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        if command != "CONNECTED":
+            name, value = _unescape(name), _unescape(value)
+        headers.setdefault(name, value)  # STOMP 1.2: a repeated header's first value wins
+    body_start = end_headers + 2
+    length = headers.get("content-length")
+    if length is not None:
+        body_end = body_start + int(length)
+        if len(buffer) < body_end + 1:
+            return None
+    else:
+        body_end = buffer.find(b"\0", body_start)
+        if body_end < 0:
+            return None
+    body = bytes(buffer[body_start:body_end])
+    del buffer[: body_end + 1]
+    return Frame(command, headers, body)
+
+
+class StompClient:
+    """One STOMP connection. Use as a context manager; ``close()`` is always safe."""
+
+    def __init__(self, options: ConnectionOptions) -> None:
+        self.options = options
+        self._sock: socket.socket | None = None
+        self._buffer = bytearray()
+        self.server: str | None = None
+
+    def __enter__(self) -> "StompClient":
+        self.connect()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def connect(self) -> None:
+        o = self.options
+        try:
+            sock = socket.create_connection((o.host, o.port), timeout=o.connect_timeout)
+        except OSError as exc:
+            raise StompClientError(f"cannot connect to the STOMP server at {o.host}:{o.port}: {exc}") from exc
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if o.tls:
+            context = ssl.create_default_context(cafile=o.tls_ca_file)
+            if not o.tls_verify:
+                context.check_hostname = False
+                context.verify_mode = ssl.CERT_NONE
+            try:
+                sock = context.wrap_socket(sock, server_hostname=o.tls_server_name or o.host)
+            except (OSError, ssl.SSLError) as exc:
+                sock.close()
+                raise StompClientError(f"TLS handshake with {o.host}:{o.port} failed: {exc}") from exc
+        self._sock = sock
+        headers = {"accept-version": "1.2", "host": o.vhost, "heart-beat": "0,0"}
+        if o.login is not None:
+            headers["login"] = o.login
+            headers["passcode"] = o.passcode or ""
+        self.send("CONNECT", headers)
+        frame = self.expect(o.connect_timeout)
+        if frame.command != "CONNECTED":
+            self.close()
+            raise StompClientError(f"the STOMP server refused CONNECT: {describe(frame)}")
+        self.server = frame.headers.get("server")
+
+    def send(self, command: str, headers: dict[str, str], body: bytes = b"") -> None:
+        if self._sock is None:
+            raise StompClientError("not connected")
+        try:
+            self._sock.sendall(encode_frame(command, headers, body))
+        except OSError as exc:
+            # An ERROR may already be waiting: it explains the close better than EPIPE.
+            frame = self.poll(1.0, raise_on_close=False)
+            if frame is not None and frame.command == "ERROR":
+                raise StompClientError(f"the STOMP server sent ERROR: {describe(frame)}") from exc
+            raise StompClientError(f"connection to {self.options.host}:{self.options.port} lost: {exc}") from exc
+
+    def poll(self, timeout: float, raise_on_close: bool = True) -> Frame | None:
+        """The next frame within ``timeout`` seconds (0: only what is already here), else None."""
+        deadline = time.monotonic() + timeout
+        sock = self._sock
+        while True:
+            frame = parse_frame(self._buffer)
+            if frame is not None:
+                return frame
+            if sock is None:
+                raise StompClientError("not connected")
+            remaining = deadline - time.monotonic()
+            pending = isinstance(sock, ssl.SSLSocket) and sock.pending()
+            if not pending:
+                if remaining < 0:
+                    return None
+                readable, _, _ = select.select([sock], [], [], max(remaining, 0))
+                if not readable:
+                    return None
+            try:
+                data = sock.recv(262144)
+            except (OSError, ssl.SSLError) as exc:
+                if not raise_on_close:
+                    return None
+                raise StompClientError(f"connection to {self.options.host}:{self.options.port} lost: {exc}") from exc
+            if not data:
+                if not raise_on_close:
+                    return None
+                raise StompClientError(
+                    f"the STOMP server at {self.options.host}:{self.options.port} closed the connection")
+            self._buffer += data
+
+    def expect(self, timeout: float | None = None) -> Frame:
+        """The next frame, or StompClientError after ``timeout`` (default: the read timeout)."""
+        wait = self.options.read_timeout if timeout is None else timeout
+        frame = self.poll(wait)
+        if frame is None:
+            raise StompClientError(
+                f"no frame from the STOMP server at {self.options.host}:{self.options.port} within {wait:g} s "
+                "(raise readTimeoutMs if the broker is slow)")
+        return frame
+
+    def frames(self, idle: float) -> Iterator[Frame]:
+        """Frames until ``idle`` seconds pass without one."""
+        while True:
+            frame = self.poll(idle)
+            if frame is None:
+                return
+            yield frame
+
+    def close(self) -> None:
+        sock, self._sock = self._sock, None
+        if sock is None:
+            return
+        try:
+            sock.sendall(encode_frame("DISCONNECT", {}))
+        except OSError:
+            pass
+        sock.close()
+
+
+def describe(frame: Frame) -> str:
+    """An ERROR's ``message`` header and body, as the broker worded them."""
+    if frame.command != "ERROR":
+        return f"unexpected {frame.command} frame"
+    message = frame.headers.get("message", "")
+    detail = frame.body.decode("utf-8", "replace").strip()
+    return f"{message}: {detail}" if detail and detail != message else message or detail or "ERROR"
+
+
+def check(frame: Frame) -> Frame:
+    """Raise on ERROR with the broker's reason; otherwise return the frame."""
+    if frame.command == "ERROR":
+        raise StompClientError(f"the STOMP server sent ERROR: {describe(frame)}")
+    return frame

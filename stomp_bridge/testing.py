@@ -1,0 +1,130 @@
+"""Run stomp-bridge inside your own tests.
+
+- :func:`running_bridge`: a context manager that runs the bridge in a background thread of
+  the test process, on free ports, against an AMQP URL you give (a local RabbitMQ, a
+  testcontainers one). No Docker needed, starts in milliseconds.
+- the ``stomp_bridge`` pytest fixture (``pytest_plugins = ["stomp_bridge.testing"]`` in your
+  conftest.py): the same, against ``STOMP_BRIDGE_TEST_AMQP_URL`` or a local RabbitMQ;
+  override the ``stomp_bridge_amqp_url`` fixture to point it elsewhere.
+- :class:`StompBridgeContainer` and :func:`bridge_with_rabbitmq` (``pip install
+  'stomp-bridge[testing]'``, Docker): the bridge image next to a RabbitMQ container.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from .server import BridgeServer
+from .settings import Settings
+
+LOCAL_RABBITMQ = "amqp://guest:guest@127.0.0.1:5672/"
+START_TIMEOUT = 30.0
+
+
+@dataclass(frozen=True)
+class RunningBridge:
+    host: str
+    port: int
+    http_port: int | None
+    ws_port: int | None
+    settings: Settings
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """``(host, port)`` as stomp.py's ``stomp.Connection([address])`` wants it."""
+        return (self.host, self.port)
+
+    @property
+    def ws_url(self) -> str | None:
+        """``ws://host:port/ws`` for STOMP over WebSocket clients (@stomp/stompjs' brokerURL)."""
+        return None if self.ws_port is None else f"ws://{self.host}:{self.ws_port}{self.settings.ws_path}"
+
+    @property
+    def http_url(self) -> str | None:
+        return None if self.http_port is None else f"http://{self.host}:{self.http_port}"
+
+
+@contextmanager
+def running_bridge(amqp_url: str = LOCAL_RABBITMQ, **settings: Any) -> Iterator[RunningBridge]:
+    """A bridge on 127.0.0.1 with free STOMP and HTTP ports, closed (drained) on exit.
+
+    ``settings`` are the bridge's settings by name (``default_user=None``,
+    ``max_frame_size=...``); pass ``http_port=None`` to run without /metrics, ``ws_port=None``
+    without the WebSocket listener.
+    """
+    settings.setdefault("host", "127.0.0.1")
+    settings.setdefault("port", 0)
+    settings.setdefault("http_host", settings["host"])
+    settings.setdefault("http_port", 0)
+    settings.setdefault("ws_port", 0)
+    config = Settings(amqp_url=amqp_url, **settings)
+    loop = asyncio.new_event_loop()
+    server = BridgeServer(config)
+    started = threading.Event()
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(server.start())
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller below
+            failure.append(exc)
+            started.set()
+            return
+        started.set()
+        loop.run_forever()
+
+    thread = threading.Thread(target=run, name="stomp-bridge", daemon=True)
+    thread.start()
+    try:
+        if not started.wait(START_TIMEOUT):
+            raise RuntimeError(f"stomp-bridge did not start within {START_TIMEOUT:.0f} s")
+        if failure:
+            raise RuntimeError(f"stomp-bridge could not start: {failure[0]}") from failure[0]
+        yield RunningBridge(
+            host=config.host,
+            port=server.port,
+            http_port=server.ops.port if server.ops else None,
+            ws_port=server.ws_port,
+            settings=config,
+        )
+    finally:
+        if loop.is_running():
+            asyncio.run_coroutine_threadsafe(server.close(), loop).result(START_TIMEOUT + config.shutdown_grace)
+            loop.call_soon_threadsafe(loop.stop)
+        thread.join(START_TIMEOUT)
+        loop.close()
+
+
+def __getattr__(name: str) -> Any:
+    # The container helpers need testcontainers (the `testing` extra); import it only when asked.
+    if name in ("StompBridgeContainer", "bridge_with_rabbitmq", "container_pair"):
+        from . import containers
+
+        return getattr(containers, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+try:  # the fixtures, for `pytest_plugins = ["stomp_bridge.testing"]`
+    import pytest
+except ImportError:  # pragma: no cover - pytest is only needed for the fixtures
+    pytest = None  # type: ignore[assignment]
+
+if pytest is not None:
+
+    @pytest.fixture(scope="session")
+    def stomp_bridge_amqp_url() -> str:
+        """Where the ``stomp_bridge`` fixture's bridge finds RabbitMQ; override to change it."""
+        return os.environ.get("STOMP_BRIDGE_TEST_AMQP_URL", LOCAL_RABBITMQ)
+
+    @pytest.fixture
+    def stomp_bridge(stomp_bridge_amqp_url: str) -> Iterator[RunningBridge]:
+        """A bridge for one test: ``stomp.Connection([stomp_bridge.address])``."""
+        with running_bridge(stomp_bridge_amqp_url) as bridge:
+            yield bridge

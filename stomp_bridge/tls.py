@@ -1,0 +1,278 @@
+"""TLS for the STOMP listeners: the server context, certificate reload, and who the peer is.
+
+One :class:`ServerTLS` per bridge owns the listener's ``ssl.SSLContext``. Every
+listener (TCP+TLS, and a WebSocket listener for wss) is given the same
+``.context``; :meth:`ServerTLS.reload` builds a fresh context from the files and
+an SNI callback hands each *new* handshake to the freshest one, so rotating
+cert-manager secrets needs no restart and open connections keep their session.
+A file that fails to load leaves the last good context in place.
+
+A listener passes ``peer_certificate(transport.get_extra_info("ssl_object"))``
+and the bridge's ``tls_security`` (certificate login, Swaptacular profile) to
+its Session; that is all a wss:// listener needs to do the same.
+
+Peer identity: :func:`rabbit_dn` formats a certificate subject exactly as
+RabbitMQ's ``rabbit_cert_info:subject/1`` does (the user name of RabbitMQ's
+``ssl_cert_login_from = distinguished_name``), :func:`common_name` as its
+``common_name`` mode. Both are pure functions of the certificate.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.x509.oid import NameOID
+
+log = logging.getLogger(__name__)
+
+TLS_VERSIONS = {"1.2": ssl.TLSVersion.TLSv1_2, "1.3": ssl.TLSVersion.TLSv1_3}
+
+# rabbit_cert_info:format_rdn/1: the short names RabbitMQ uses; others are dotted OIDs.
+_RABBIT_NAMES = {
+    NameOID.SURNAME.dotted_string: "SN",
+    NameOID.GIVEN_NAME.dotted_string: "GIVENNAME",
+    "2.5.4.43": "INITIALS",
+    NameOID.GENERATION_QUALIFIER.dotted_string: "GENERATIONQUALIFIER",
+    NameOID.COMMON_NAME.dotted_string: "CN",
+    NameOID.LOCALITY_NAME.dotted_string: "L",
+    NameOID.STATE_OR_PROVINCE_NAME.dotted_string: "ST",
+    NameOID.ORGANIZATION_NAME.dotted_string: "O",
+    NameOID.ORGANIZATIONAL_UNIT_NAME.dotted_string: "OU",
+    NameOID.TITLE.dotted_string: "TITLE",
+    NameOID.COUNTRY_NAME.dotted_string: "C",
+    NameOID.SERIAL_NUMBER.dotted_string: "SERIALNUMBER",
+    NameOID.PSEUDONYM.dotted_string: "PSEUDONYM",
+    NameOID.DOMAIN_COMPONENT.dotted_string: "DC",
+    NameOID.EMAIL_ADDRESS.dotted_string: "EMAILADDRESS",
+    NameOID.STREET_ADDRESS.dotted_string: "STREET",
+    NameOID.USER_ID.dotted_string: "UID",
+}
+
+# Attribute names accepted where a setting names one (swpt_peer_id_from).
+ATTRIBUTES = {
+    "serialNumber": NameOID.SERIAL_NUMBER,
+    "commonName": NameOID.COMMON_NAME,
+    "CN": NameOID.COMMON_NAME,
+    "organizationName": NameOID.ORGANIZATION_NAME,
+    "O": NameOID.ORGANIZATION_NAME,
+    "organizationalUnitName": NameOID.ORGANIZATIONAL_UNIT_NAME,
+    "OU": NameOID.ORGANIZATIONAL_UNIT_NAME,
+    "UID": NameOID.USER_ID,
+}
+
+
+def _escape_rdn_value(value: str) -> str:
+    """rabbit_cert_info:escape_rdn_value/1, byte for byte (it works on UTF-8 bytes)."""
+    data = value.encode("utf-8")
+    out = []
+    last = len(data) - 1
+    for i, byte in enumerate(data):
+        ch = chr(byte)
+        if i == 0 and ch in " #":
+            out.append("\\" + ch)
+        elif i == last and i > 0 and ch == " ":
+            out.append("\\ ")
+        elif ch in '"+,;<>\\':
+            out.append("\\" + ch)
+        elif byte < 32 or byte >= 126:
+            out.append(f"\\{byte:02X}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def rabbit_dn(name: x509.Name) -> str:
+    """The subject as RabbitMQ's EXTERNAL mechanism names the user (RDNs last to first)."""
+    parts = []
+    for rdn in reversed(list(name.rdns)):
+        items = []
+        for attr in rdn:
+            oid = attr.oid.dotted_string
+            label = _RABBIT_NAMES.get(oid, oid)
+            value = attr.value if isinstance(attr.value, str) else attr.value.hex()
+            items.append(f"{label}={_escape_rdn_value(value)}")
+        parts.append("+".join(items))
+    return ",".join(parts)
+
+
+def common_name(name: x509.Name) -> str | None:
+    """RabbitMQ's common_name mode: every CN in subject order, joined with ','."""
+    values = [str(a.value) for a in name.get_attributes_for_oid(NameOID.COMMON_NAME)]
+    return ",".join(values) if values else None
+
+
+@dataclass(frozen=True, slots=True)
+class PeerCertificate:
+    """The verified client certificate of one TLS connection."""
+
+    der: bytes
+    subject: x509.Name
+
+    @classmethod
+    def from_der(cls, der: bytes) -> PeerCertificate:
+        return cls(der, x509.load_der_x509_certificate(der).subject)
+
+    @property
+    def dn(self) -> str:
+        return rabbit_dn(self.subject)
+
+    def login_name(self, login_from: str) -> str | None:
+        """The user name for ``ssl_cert_login_from`` (None: the certificate has no CN)."""
+        if login_from == "common_name":
+            return common_name(self.subject)
+        return self.dn
+
+    def attribute(self, name: str) -> str | None:
+        """The first subject attribute called ``name`` (e.g. serialNumber), or None."""
+        oid = ATTRIBUTES.get(name) or x509.ObjectIdentifier(name)
+        found = self.subject.get_attributes_for_oid(oid)
+        return str(found[0].value) if found else None
+
+
+def peer_certificate(ssl_object: ssl.SSLObject | ssl.SSLSocket | None) -> PeerCertificate | None:
+    if ssl_object is None:
+        return None
+    der = ssl_object.getpeercert(binary_form=True)
+    return PeerCertificate.from_der(der) if der else None
+
+
+def build_server_context(
+    cert_file: str,
+    key_file: str,
+    ca_file: str | None = None,
+    *,
+    min_version: str = "1.2",
+    verify_peer: bool = False,
+    fail_if_no_peer_cert: bool = False,
+) -> ssl.SSLContext:
+    """A listener context like RabbitMQ's ssl_options (certfile, keyfile, cacertfile, verify,
+    fail_if_no_peer_cert, versions)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = TLS_VERSIONS[min_version]
+    context.load_cert_chain(cert_file, key_file)
+    if ca_file:
+        context.load_verify_locations(cafile=ca_file)
+    if verify_peer:
+        context.verify_mode = ssl.CERT_REQUIRED if fail_if_no_peer_cert else ssl.CERT_OPTIONAL
+    else:
+        context.verify_mode = ssl.CERT_NONE
+    context.options |= ssl.OP_NO_COMPRESSION
+    return context
+
+
+def build_client_context(
+    cert_file: str | None,
+    key_file: str | None,
+    ca_file: str | None,
+    *,
+    min_version: str = "1.2",
+    check_hostname: bool = True,
+) -> ssl.SSLContext:
+    """A client context: the server must present a certificate chain from ``ca_file``
+    (the system store when None); ``cert_file`` is presented when the server asks."""
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca_file)
+    context.minimum_version = TLS_VERSIONS[min_version]
+    context.check_hostname = check_hostname
+    if cert_file:
+        context.load_cert_chain(cert_file, key_file)
+    return context
+
+
+class ServerTLS:
+    """The listeners' TLS context and its reload.
+
+    ``context`` never changes identity (asyncio servers keep the object they were
+    started with); its SNI callback moves each handshake to ``current``, the
+    context built from the files at the last successful (re)load.
+    """
+
+    def __init__(
+        self,
+        cert_file: str,
+        key_file: str,
+        ca_file: str | None = None,
+        *,
+        min_version: str = "1.2",
+        verify_peer: bool = False,
+        fail_if_no_peer_cert: bool = False,
+    ) -> None:
+        self._args = (cert_file, key_file, ca_file)
+        self._options = {
+            "min_version": min_version,
+            "verify_peer": verify_peer,
+            "fail_if_no_peer_cert": fail_if_no_peer_cert,
+        }
+        self.current = self._build()
+        self.context = self._build()
+        self.context.sni_callback = self._pick_context
+        self._stamp = self._file_stamp()
+        self.reloads = 0
+
+    @classmethod
+    def from_settings(cls, settings) -> ServerTLS:  # noqa: ANN001 - Settings, avoids an import cycle
+        return cls(
+            settings.tls_cert_file,
+            settings.tls_key_file,
+            settings.tls_ca_file,
+            min_version=settings.tls_min_version,
+            verify_peer=settings.tls_verify_peer,
+            fail_if_no_peer_cert=settings.tls_fail_if_no_peer_cert,
+        )
+
+    def _build(self) -> ssl.SSLContext:
+        cert_file, key_file, ca_file = self._args
+        return build_server_context(cert_file, key_file, ca_file, **self._options)
+
+    def _pick_context(self, ssl_object: ssl.SSLObject, server_name: str | None, context: ssl.SSLContext) -> None:
+        if self.current is not context:
+            ssl_object.context = self.current
+        return None
+
+    def _file_stamp(self) -> tuple:
+        stamp = []
+        for path in self._args:
+            if path:
+                try:
+                    st = os.stat(path)  # follows symlinks: a Kubernetes secret swaps ..data
+                    stamp.append((st.st_mtime_ns, st.st_size, st.st_ino))
+                except OSError:
+                    stamp.append(None)
+        return tuple(stamp)
+
+    def reload(self) -> bool:
+        """Load the files again; True when the new context is in use. A broken file
+        (missing, key not matching the certificate …) keeps the previous one."""
+        stamp = self._file_stamp()
+        try:
+            fresh = self._build()
+        except (OSError, ssl.SSLError, ValueError) as exc:
+            log.error(
+                "TLS reload failed; the previous certificate stays in use",
+                extra={"cert_file": self._args[0], "error": str(exc)},
+            )
+            return False
+        self.current = fresh
+        self._stamp = stamp
+        self.reloads += 1
+        log.info("TLS certificate reloaded", extra={"cert_file": self._args[0], **certificate_summary(self._args[0])})
+        return True
+
+    def reload_if_changed(self) -> bool:
+        """The file watch: reload when a file's mtime, size or inode moved."""
+        if self._file_stamp() == self._stamp:
+            return False
+        return self.reload()
+
+
+def certificate_summary(cert_file: str) -> dict[str, str]:
+    """Subject and expiry of the first certificate in a PEM file, for the logs."""
+    try:
+        cert = x509.load_pem_x509_certificate(Path(cert_file).read_bytes())
+    except (OSError, ValueError):
+        return {}
+    return {"subject": rabbit_dn(cert.subject), "expires": cert.not_valid_after_utc.isoformat()}

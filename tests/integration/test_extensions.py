@@ -1,0 +1,516 @@
+"""Apollo and Artemis extensions against the real broker (bridge only: the plugin has none).
+
+Selectors, composite destinations, expiration, Artemis and Apollo durable
+subscriptions, exclusive and browsing subscriptions. Each test uses
+raw-frame or stomp.py clients and checks the effect in RabbitMQ where it
+shows there (queues, arguments, bindings).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("STOMP_BRIDGE_TEST_TARGET") == "native", reason="bridge extensions"
+)
+
+
+def _drain(conn, n):
+    return [conn.expect("MESSAGE") for _ in range(n)]
+
+
+# -- selectors ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ack", ["auto", "client-individual"])
+def test_selector_on_topic_delivers_only_matching_messages(connected, unique, ack):
+    sub = connected()
+    sub.subscribe(f"/topic/sel-{unique}", ack=ack,
+                  headers={"selector": "type = 'car' AND weight > 2500", "prefetch-count": "1"})
+    pub = connected()
+    sent = [("car", "3000"), ("car", "1000"), ("bike", "3000"), ("car", "2600")]
+    for i, (kind, weight) in enumerate(sent):
+        pub.receipt("SEND", {"destination": f"/topic/sel-{unique}", "type": kind, "weight": weight},
+                    f"m{i}", receipt_id=f"r{i}")
+    got = []
+    for _ in range(2):
+        msg = sub.expect("MESSAGE")
+        got.append(msg.body)
+        if ack != "auto":
+            sub.send_frame("ACK", {"id": msg["ack"]})
+    # prefetch 1 with client acks: the dropped deliveries were acknowledged by the bridge
+    assert got == [b"m0", b"m3"]
+    sub.no_frame()
+
+
+def test_selector_on_exchange_subscription_with_like_and_null(connected, unique):
+    sub = connected()
+    sub.subscribe("/exchange/amq.fanout", headers={"selector": "name LIKE 'a!_%' ESCAPE '!' OR region IS NULL"})
+    pub = connected()
+    for i, headers in enumerate([{"name": "a_1", "region": "eu"}, {"name": "ab", "region": "eu"},
+                                 {"name": "zz"}]):
+        pub.receipt("SEND", {"destination": "/exchange/amq.fanout", "run": unique, **headers},
+                    f"m{i}", receipt_id=f"r{i}")
+    got = [m.body for m in _drain(sub, 2) if m["run"] == unique]
+    assert got == [b"m0", b"m2"]
+
+
+def test_malformed_selector_is_an_error_at_subscribe(connected, unique):
+    conn = connected()
+    conn.send_frame("SUBSCRIBE", {"destination": f"/topic/x-{unique}", "id": "1",
+                                  "selector": "type = 'car' AND", "receipt": "r"})
+    error = conn.error_then_close()
+    assert error["message"] == "Invalid selector"
+    assert "type = 'car' AND" in error.text
+
+
+def test_selector_on_shared_queue_is_refused_with_the_reason(connected, unique, queues):
+    queues.append(f"q-{unique}")
+    conn = connected()
+    conn.send_frame("SUBSCRIBE", {"destination": f"/queue/q-{unique}", "id": "1", "selector": "a = 1"})
+    error = conn.error_then_close()
+    assert error["message"] == "Selector not supported on shared queues"
+    assert "other consumers" in error.text
+
+
+def test_subscription_without_selector_gets_everything(connected, unique):
+    sub = connected()
+    sub.subscribe(f"/topic/nosel-{unique}")
+    pub = connected()
+    pub.receipt("SEND", {"destination": f"/topic/nosel-{unique}", "selector": "ignored"}, "x")
+    assert sub.expect("MESSAGE").body == b"x"
+
+
+# -- composite destinations -----------------------------------------------------------------
+
+
+def test_composite_send_reaches_every_target_before_the_receipt(connected, rabbit, unique, queues):
+    a, b = f"ca-{unique}", f"cb-{unique}"
+    queues.extend([a, b])
+    topic_sub = connected()
+    topic_sub.subscribe(f"/topic/cc-{unique}")
+    pub = connected()
+    pub.subscribe(f"/queue/{a}", sub_id="decl-a")  # declare both queues, then stop consuming
+    pub.receipt("UNSUBSCRIBE", {"id": "decl-a"}, receipt_id="u")
+    rabbit.declare_queue(b, durable=True)
+    pub.receipt("SEND", {"destination": f"/queue/{a},/amq/queue/{b},/topic/cc-{unique}",
+                         "persistent": "true"}, "all", receipt_id="one")
+    # The single RECEIPT came after RabbitMQ confirmed every publish: both queues hold it now.
+    assert [m["payload"] for m in rabbit.get(a, count=5)] == ["all"]
+    assert [m["payload"] for m in rabbit.get(b, count=5)] == ["all"]
+    assert topic_sub.expect("MESSAGE").body == b"all"
+
+
+def test_composite_subscribe_feeds_one_subscription_from_all_parts(connected, unique, queues):
+    a = f"cs-{unique}"
+    queues.append(a)
+    sub = connected()
+    sub.subscribe(f"/queue/{a},/topic/ct-{unique}", sub_id="both", ack="client-individual")
+    pub = connected()
+    pub.receipt("SEND", {"destination": f"/queue/{a}"}, "from-queue", receipt_id="1")
+    pub.receipt("SEND", {"destination": f"/topic/ct-{unique}"}, "from-topic", receipt_id="2")
+    msgs = _drain(sub, 2)
+    assert sorted(m.body for m in msgs) == [b"from-queue", b"from-topic"]
+    assert {m["subscription"] for m in msgs} == {"both"}
+    assert {m["destination"] for m in msgs} == {f"/queue/{a}", f"/topic/ct-{unique}"}
+    for m in msgs:
+        sub.send_frame("ACK", {"id": m["ack"]})
+    sub.receipt("UNSUBSCRIBE", {"id": "both"}, receipt_id="unsub")
+    pub.receipt("SEND", {"destination": f"/topic/ct-{unique}"}, "after", receipt_id="3")
+    sub.no_frame()
+
+
+def test_comma_in_a_plain_queue_name_keeps_the_plugin_meaning(connected, rabbit, unique, queues):
+    name = f"a,b-{unique}"
+    queues.append(name)
+    conn = connected()
+    conn.receipt("SEND", {"destination": f"/queue/{name}"}, "x")
+    assert [m["payload"] for m in rabbit.get(name, count=5)] == ["x"]
+
+
+# -- expiration -----------------------------------------------------------------------------
+
+
+def test_ttl_becomes_amqp_expiration_and_an_expires_header(connected, rabbit, unique, queues):
+    name = f"ttl-{unique}"
+    queues.append(name)
+    conn = connected()
+    before = int(time.time() * 1000)
+    conn.receipt("SEND", {"destination": f"/queue/{name}", "ttl": "60000"}, "x")
+    (msg,) = rabbit.get(name)
+    assert msg["properties"]["expiration"] == "60000"
+    expires = int(msg["properties"]["headers"]["expires"])
+    assert before + 60000 <= expires <= int(time.time() * 1000) + 60000
+
+
+def test_expired_messages_are_never_delivered(connected, rabbit, unique, queues):
+    name = f"exp-{unique}"
+    queues.append(name)
+    conn = connected()
+    now = int(time.time() * 1000)
+    conn.receipt("SEND", {"destination": f"/queue/{name}", "expires": str(now - 1000)}, "past", receipt_id="1")
+    conn.receipt("SEND", {"destination": f"/queue/{name}", "ttl": "1"}, "short", receipt_id="2")
+    conn.receipt("SEND", {"destination": f"/queue/{name}", "expires": str(now + 600_000)}, "future",
+                 receipt_id="3")
+    sub = connected()
+    sub.subscribe(f"/queue/{name}")
+    msg = sub.expect("MESSAGE")
+    assert msg.body == b"future"
+    assert 0 < int(msg["expiration"]) <= 600_000
+    sub.no_frame()
+
+
+def test_invalid_expires_is_an_error(connected, unique):
+    conn = connected()
+    conn.send_frame("SEND", {"destination": f"/topic/e-{unique}", "expires": "soon"})
+    assert conn.error_then_close()["message"] == "Invalid header"
+
+
+# -- durable subscriptions -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("header", ["durable-subscription-name", "durable-subscriber-name",
+                                    "activemq.subscriptionName"])
+def test_artemis_durable_subscription_survives_disconnect(connected, rabbit, unique, queues, header):
+    client_id, name = f"cid-{unique}", "orders"
+    queue = f"{client_id}.{name}"
+    queues.append(queue)
+    first = connected(extra={"client-id": client_id})
+    first.subscribe(f"/topic/dur-{unique}", sub_id="s", headers={header: name})
+    q = rabbit.queue(queue)
+    assert q["durable"] is True and q["auto_delete"] is False and q["exclusive"] is False
+    first.receipt("DISCONNECT", {}, receipt_id="bye")
+    pub = connected()
+    pub.receipt("SEND", {"destination": f"/topic/dur-{unique}"}, "while-away")
+    again = connected(extra={"client-id": client_id})
+    again.subscribe(f"/topic/dur-{unique}", sub_id="s", headers={header: name})
+    assert again.expect("MESSAGE").body == b"while-away"
+    again.receipt("UNSUBSCRIBE", {"id": "s", header: name}, receipt_id="gone")
+    assert rabbit.queue(queue) is None
+
+
+def test_artemis_durable_subscription_needs_a_client_id(connected, unique):
+    conn = connected()
+    conn.send_frame("SUBSCRIBE", {"destination": f"/topic/d-{unique}", "id": "s",
+                                  "durable-subscription-name": "n"})
+    error = conn.error_then_close()
+    assert error["message"] == "Missing client-id"
+
+
+def test_dsub_sends_to_and_subscribes_to_an_existing_durable_subscription(connected, unique, queues):
+    client_id = f"cid-{unique}"
+    queues.append(f"{client_id}.sub")
+    owner = connected(extra={"client-id": client_id})
+    owner.subscribe(f"/topic/ds-{unique}", sub_id="s", headers={"durable-subscription-name": "sub"})
+    owner.receipt("UNSUBSCRIBE", {"id": "s"}, receipt_id="u")  # detach, keep the queue
+    other = connected(extra={"client-id": client_id})
+    other.receipt("SEND", {"destination": "/dsub/sub"}, "direct")
+    other.subscribe("/dsub/sub", sub_id="d")
+    assert other.expect("MESSAGE").body == b"direct"
+
+
+def test_dsub_to_a_missing_subscription_is_an_error(connected, unique):
+    conn = connected()
+    conn.send_frame("SUBSCRIBE", {"destination": f"/dsub/none-{unique}", "id": "d"})
+    assert conn.error_then_close()["message"] == "not_found"
+
+
+def test_unknown_destination_keeps_the_plugin_error(connected):
+    conn = connected()
+    conn.send_frame("SEND", {"destination": "/nowhere/x"})
+    assert conn.error_then_close()["message"] == "Unknown destination"
+
+
+# -- exclusive subscriptions -------------------------------------------------------------------
+
+
+def test_apollo_exclusive_fails_over_to_the_next_subscriber(bridge, dial, rabbit, unique, queues):
+    name = f"excl-{unique}"
+    queues.append(name)
+    b = bridge(apollo_exclusive=True)
+    first, second = dial(b), dial(b)
+    for conn in (first, second):
+        conn.connect()
+        conn.subscribe(f"/queue/{name}", headers={"exclusive": "true"})
+    assert rabbit.queue(name)["arguments"] == {"x-single-active-consumer": True}
+    pub = dial(b)
+    pub.connect()
+    # /amq/queue: a /queue/ SEND would declare the queue without the argument (inequivalent)
+    pub.receipt("SEND", {"destination": f"/amq/queue/{name}"}, "one", receipt_id="1")
+    assert first.expect("MESSAGE").body == b"one"
+    second.no_frame()
+    first.receipt("DISCONNECT", {}, receipt_id="bye")
+    assert first.read_until_closed() == []  # the bridge closed its AMQP connection first
+    pub.receipt("SEND", {"destination": f"/amq/queue/{name}"}, "two", receipt_id="2")
+    assert second.expect("MESSAGE").body == b"two"
+
+
+def test_exclusive_header_keeps_the_plugin_meaning_by_default(connected, rabbit, unique):
+    # an exclusive queue: RabbitMQ deletes it with the connection
+    conn = connected()
+    conn.subscribe(f"/queue/px-{unique}", headers={"exclusive": "true"})
+    q = rabbit.queue(f"px-{unique}")
+    assert q["exclusive"] is True and "x-single-active-consumer" not in q["arguments"]
+
+
+# -- browsing ------------------------------------------------------------------------------------
+
+
+def test_browser_reads_without_consuming_and_ends(connected, rabbit, unique, queues):
+    name = f"br-{unique}"
+    queues.append(name)
+    pub = connected()
+    for i in range(3):
+        pub.receipt("SEND", {"destination": f"/queue/{name}", "n": str(i)}, f"m{i}", receipt_id=f"r{i}")
+    browser = connected()
+    browser.send_frame("SUBSCRIBE", {"destination": f"/queue/{name}", "id": "b", "browser": "true",
+                                     "receipt": "sub"})
+    frames = [browser.read_frame() for _ in range(5)]
+    messages = [f for f in frames if f.command == "MESSAGE"]
+    assert [m.body for m in messages[:3]] == [b"m0", b"m1", b"m2"]
+    assert messages[3]["browser"] == "end" and messages[3].body == b""
+    assert any(f.command == "RECEIPT" for f in frames)
+    browser.receipt("UNSUBSCRIBE", {"id": "b"}, receipt_id="u")
+    # Still there, in order, for a real consumer (now flagged redelivered).
+    consumer = connected()
+    consumer.subscribe(f"/queue/{name}")
+    got = _drain(consumer, 3)
+    assert [m.body for m in got] == [b"m0", b"m1", b"m2"]
+    assert [m["redelivered"] for m in got] == ["true"] * 3
+
+
+def test_browser_with_selector_on_a_queue_filters_without_taking(connected, rabbit, unique, queues):
+    name = f"brs-{unique}"
+    queues.append(name)
+    pub = connected()
+    for i in range(4):
+        pub.receipt("SEND", {"destination": f"/queue/{name}", "n": str(i)}, f"m{i}", receipt_id=f"r{i}")
+    browser = connected()
+    browser.subscribe(f"/queue/{name}", sub_id="b", headers={"browser": "true", "selector": "n >= 2"})
+    messages = _drain(browser, 3)
+    assert [m.body for m in messages] == [b"m2", b"m3", b""]
+    assert messages[-1]["browser"] == "end"
+
+
+def test_browser_end_false_on_a_queue_is_refused(connected, unique, queues):
+    queues.append(f"bre-{unique}")
+    conn = connected()
+    conn.send_frame("SUBSCRIBE", {"destination": f"/queue/bre-{unique}", "id": "b", "browser": "true",
+                                  "browser-end": "false"})
+    assert conn.error_then_close()["message"] == "Unsupported browser-end"
+
+
+# -- flow control and stream sequences ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("headers", [{"credit": "1,0"}, {"consumer-window-size": "0"}])
+def test_flow_control_headers_limit_unacknowledged_messages(connected, unique, queues, headers):
+    name = f"fc-{unique}"
+    queues.append(name)
+    pub = connected()
+    for i in range(3):
+        pub.receipt("SEND", {"destination": f"/queue/{name}"}, f"m{i}", receipt_id=f"r{i}")
+    sub = connected()
+    sub.subscribe(f"/queue/{name}", ack="client-individual", headers=headers)
+    first = sub.expect("MESSAGE")
+    sub.no_frame()  # one message at a time until it is acknowledged
+    sub.send_frame("ACK", {"id": first["ack"]})
+    assert sub.expect("MESSAGE").body == b"m1"
+
+
+def test_from_seq_and_include_seq_on_a_stream(connected, unique, queues):
+    name = f"seq-{unique}"
+    queues.append(name)
+    conn = connected()
+    conn.subscribe(f"/queue/{name}", sub_id="decl", ack="client",
+                   headers={"prefetch-count": "10", "x-queue-type": "stream"})
+    conn.receipt("UNSUBSCRIBE", {"id": "decl"}, receipt_id="undecl")
+    for i in range(4):
+        conn.receipt("SEND", {"destination": f"/amq/queue/{name}"}, f"m{i}", receipt_id=f"s{i}")
+    reader = connected()
+    reader.subscribe(f"/amq/queue/{name}", ack="client",
+                     headers={"credit": "10", "from-seq": "2", "include-seq": "seq"})
+    msgs = _drain(reader, 2)
+    assert [m.body for m in msgs] == [b"m2", b"m3"]
+    assert [m["seq"] for m in msgs] == ["2", "3"]
+
+
+# -- host -> vhost, non-fatal errors -------------------------------------------------------------
+
+
+def test_host_header_maps_to_a_vhost(bridge, dial, rabbit, unique):
+    vhost = f"mapped-{unique}"
+    rabbit.create_vhost(vhost)
+    try:
+        b = bridge(host_vhosts={"broker.example.com": vhost})
+        conn = dial(b)
+        conn.connect(host="broker.example.com")
+        conn.receipt("SEND", {"destination": f"/queue/m-{unique}"}, "x")
+        assert rabbit.queue(f"m-{unique}", vhost=vhost) is not None
+    finally:
+        rabbit.delete_vhost(vhost)
+
+
+def test_unknown_host_is_refused_unless_the_fallback_is_on(bridge, dial, rabbit, unique, queues):
+    plain = dial(bridge())
+    plain.send_frame("CONNECT", {"accept-version": "1.2", "host": f"nohost-{unique}",
+                                 "login": "guest", "passcode": "guest"})
+    assert plain.error_then_close()["message"] == "Bad CONNECT"
+    queues.append(f"fb-{unique}")
+    conn = dial(bridge(unknown_host_default_vhost=True))
+    conn.connect(host=f"nohost-{unique}")
+    conn.receipt("SEND", {"destination": f"/queue/fb-{unique}"}, "x")
+    assert rabbit.queue(f"fb-{unique}", vhost="/") is not None
+
+
+def test_nonfatal_errors_keep_the_connection_and_its_subscriptions(bridge, dial, unique):
+    b = bridge(nonfatal_errors=True)
+    conn = dial(b)
+    conn.connect()
+    conn.subscribe(f"/topic/nf-{unique}", sub_id="good")
+    conn.send_frame("SUBSCRIBE", {"destination": f"/topic/nf-{unique}", "id": "bad", "selector": "a ="})
+    error = conn.expect("ERROR")
+    assert error["message"] == "Invalid selector"
+    conn.send_frame("SEND", {"destination": "/nowhere/x", "receipt": "bad-send"})
+    error = conn.expect("ERROR")
+    assert error["message"] == "Unknown destination" and error["receipt-id"] == "bad-send"
+    conn.receipt("SEND", {"destination": f"/topic/nf-{unique}"}, "still here", receipt_id="ok")
+    assert conn.expect("MESSAGE").body == b"still here"
+
+
+# -- retained messages, temp topics, redelivery count ----------------------------------------------
+
+
+def test_retained_message_is_delivered_first_to_each_new_subscriber(bridge, dial, rabbit, unique):
+    from stomp_bridge.protocol.features import retained_queue
+
+    topic = f"ret-{unique}"
+    b = bridge(retained_messages=True)
+    pub = dial(b)
+    pub.connect()
+    try:
+        pub.receipt("SEND", {"destination": f"/topic/{topic}", "retain": "set"}, "old", receipt_id="1")
+        pub.receipt("SEND", {"destination": f"/topic/{topic}", "retain": "set"}, "price", receipt_id="2")
+        for n in range(2):  # each subscriber gets it; the retained copy stays
+            sub = dial(b)
+            sub.connect()
+            sub.subscribe(f"/topic/{topic}", ack="client-individual")
+            msg = sub.expect("MESSAGE")
+            assert msg.body == b"price"
+            sub.send_frame("ACK", {"id": msg["ack"]})
+            pub.receipt("SEND", {"destination": f"/topic/{topic}"}, f"live{n}", receipt_id=f"l{n}")
+            assert sub.expect("MESSAGE").body == f"live{n}".encode()
+        pub.receipt("SEND", {"destination": f"/topic/{topic}", "retain": "remove"}, "bye", receipt_id="3")
+        late = dial(b)
+        late.connect()
+        late.subscribe(f"/topic/{topic}")
+        late.no_frame()
+    finally:
+        rabbit.delete_queue(retained_queue("amq.topic", topic))
+
+
+def test_retain_header_is_only_a_header_by_default(connected, rabbit, unique):
+    from stomp_bridge.protocol.features import retained_queue
+
+    pub = connected()
+    pub.receipt("SEND", {"destination": f"/topic/nr-{unique}", "retain": "set"}, "x")
+    assert rabbit.queue(retained_queue("amq.topic", f"nr-{unique}")) is None
+
+
+def test_temp_topic_reply_goes_to_the_requester_only(connected, unique, queues):
+    service_queue = f"svc-{unique}"
+    queues.append(service_queue)
+    requester = connected()
+    requester.subscribe("/temp-topic/replies", sub_id="r")
+    requester.receipt("SEND", {"destination": f"/queue/{service_queue}", "reply-to": "/temp-topic/replies"},
+                      "ping")
+    service = connected()
+    service.subscribe(f"/queue/{service_queue}")
+    request = service.expect("MESSAGE")
+    assert request["reply-to"].startswith("/topic/temp-topic.")
+    service.receipt("SEND", {"destination": request["reply-to"]}, "pong")
+    reply = requester.expect("MESSAGE")
+    assert reply.body == b"pong" and reply["subscription"] == "r"
+
+
+def test_quorum_queue_redeliveries_carry_the_delivery_count(connected, unique, queues):
+    name = f"qq-{unique}"
+    queues.append(name)
+    conn = connected()
+    conn.subscribe(f"/queue/{name}", ack="client-individual",
+                   headers={"x-queue-type": "quorum", "prefetch-count": "1"})
+    conn.receipt("SEND", {"destination": f"/queue/{name}", "x-queue-type": "quorum"}, "x", receipt_id="s")
+    first = conn.expect("MESSAGE")
+    assert "x-delivery-count" not in first.headers
+    conn.send_frame("NACK", {"id": first["ack"]})  # default_nack_requeue: back to the queue
+    again = conn.expect("MESSAGE")
+    assert again["redelivered"] == "true" and again["x-delivery-count"] == "1"
+
+
+def test_redeliveries_header_counts_redeliveries(bridge, dial, unique, queues):
+    name = f"rd-{unique}"
+    queues.append(name)
+    conn = dial(bridge(redeliveries_header="redeliveries"))
+    conn.connect()
+    conn.subscribe(f"/queue/{name}", ack="client-individual",
+                   headers={"x-queue-type": "quorum", "prefetch-count": "1"})
+    conn.receipt("SEND", {"destination": f"/queue/{name}", "x-queue-type": "quorum"}, "x", receipt_id="s")
+    first = conn.expect("MESSAGE")
+    assert "redeliveries" not in first.headers
+    conn.send_frame("NACK", {"id": first["ack"]})
+    assert conn.expect("MESSAGE")["redeliveries"] == "1"
+
+
+def test_composite_subscribe_with_a_refused_part_subscribes_to_nothing(bridge, dial, unique, queues):
+    queues.append(f"cr-{unique}")
+    conn = dial(bridge(nonfatal_errors=True))
+    conn.connect()
+    conn.send_frame("SUBSCRIBE", {"destination": f"/queue/cr-{unique},/temp-queue/t", "id": "c"})
+    assert conn.expect("ERROR")["message"] == "Invalid destination"
+    conn.subscribe(f"/queue/cr-{unique}", sub_id="c")  # the id is free: nothing was registered
+    conn.receipt("SEND", {"destination": f"/queue/cr-{unique}"}, "x", receipt_id="s")
+    assert conn.expect("MESSAGE")["subscription"] == "c"
+
+
+def test_artemis_unsubscribe_by_name_deletes_a_detached_durable_subscription(connected, rabbit, unique):
+    client_id = f"cid-{unique}"
+    first = connected(extra={"client-id": client_id})
+    first.subscribe(f"/topic/det-{unique}", sub_id="s", headers={"durable-subscription-name": "n"})
+    first.receipt("DISCONNECT", {}, receipt_id="bye")
+    assert rabbit.queue(f"{client_id}.n") is not None
+    later = connected(extra={"client-id": client_id})
+    later.receipt("UNSUBSCRIBE", {"id": "s", "durable-subscription-name": "n"}, receipt_id="gone")
+    assert rabbit.queue(f"{client_id}.n") is None
+
+
+def test_selector_with_cumulative_client_acks(connected, unique):
+    sub = connected()
+    sub.subscribe(f"/topic/cum-{unique}", ack="client", headers={"selector": "keep = 'y'", "prefetch-count": "2"})
+    pub = connected()
+    for i, keep in enumerate("ynnyny"):
+        pub.receipt("SEND", {"destination": f"/topic/cum-{unique}", "keep": keep}, f"m{i}", receipt_id=f"r{i}")
+    first, second = _drain(sub, 2)
+    assert (first.body, second.body) == (b"m0", b"m3")
+    sub.send_frame("ACK", {"id": second["ack"]})  # cumulative: settles m0 too
+    assert sub.expect("MESSAGE").body == b"m5"
+
+
+def test_composite_send_in_a_transaction_is_published_at_commit(connected, rabbit, unique, queues):
+    a, b = f"txa-{unique}", f"txb-{unique}"
+    queues.extend([a, b])
+    conn = connected()
+    conn.receipt("BEGIN", {"transaction": "t"}, receipt_id="b")
+    conn.send_frame("SEND", {"destination": f"/queue/{a},/queue/{b}", "transaction": "t"}, "x")
+    conn.receipt("COMMIT", {"transaction": "t"}, receipt_id="c")
+    assert [m["payload"] for m in rabbit.get(a, count=5)] == ["x"]
+    assert [m["payload"] for m in rabbit.get(b, count=5)] == ["x"]
+
+
+def test_nonfatal_errors_do_not_cover_broker_refusals(bridge, dial, unique):
+    conn = dial(bridge(nonfatal_errors=True))
+    conn.connect()
+    conn.send_frame("SUBSCRIBE", {"destination": f"/amq/queue/missing-{unique}", "id": "m"})
+    assert conn.error_then_close()["message"] == "not_found"

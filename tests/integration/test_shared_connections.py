@@ -1,0 +1,202 @@
+"""STOMP sessions share AMQP connections (one channel each): who shares, and what stays apart.
+
+Bridge-only: the native plugin has no AMQP connections of its own to share.
+The pool is inspected in the bridge's own process (which connection serves
+whom); RabbitMQ's answers are what the clients see.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import urllib.parse
+
+import aiormq
+import pytest
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("STOMP_BRIDGE_TEST_TARGET") == "native", reason="the bridge's own AMQP connections"
+)
+
+
+def _groups(bridge) -> dict[tuple[str, str], list[int]]:
+    """(user, vhost) -> sessions on each shared connection."""
+    out: dict[tuple[str, str], list[int]] = {}
+    for (user, _digest, vhost, *_auth), group in list(bridge._server.pool._connections.items()):
+        out.setdefault((user, vhost), []).extend(len(shared.sessions) for shared in group)
+    return out
+
+
+@pytest.fixture
+def user(rabbit, unique):
+    name = f"shared-{unique}"
+    rabbit.create_user(name, "pw1")
+    rabbit.set_permissions(name)
+    yield name
+    rabbit.delete_user(name)
+
+
+def test_sessions_with_the_same_login_share_connections_up_to_the_cap(bridge, dial, user):
+    b = bridge(amqp_channels_per_connection=2, amqp_min_connections_per_login=1)
+    conns = []
+    for _ in range(3):
+        conn = dial(b)
+        conn.connect(login=user, passcode="pw1")
+        conns.append(conn)
+    assert _groups(b) == {(user, "/"): [2, 1]}
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{b._server.ops.port}/metrics", timeout=10) as r:
+        assert "stomp_bridge_amqp_connections 2" in r.read().decode()
+    conns[0].receipt("DISCONNECT", {})
+    conns[0].read_until_closed()
+    assert _groups(b) == {(user, "/"): [1, 1]}
+    for conn in conns[1:]:
+        conn.receipt("DISCONNECT", {})
+        conn.read_until_closed()
+    assert _groups(b) == {}, "the last session out closes the connection"
+
+
+def test_a_wrong_passcode_is_refused_even_while_a_connection_for_that_user_is_open(bridge, dial, user):
+    b = bridge(amqp_min_connections_per_login=1)
+    good = dial(b)
+    good.connect(login=user, passcode="pw1")
+    bad = dial(b)
+    bad.send_frame("CONNECT", {"accept-version": "1.2", "host": "/", "login": user, "passcode": "nope"})
+    error = bad.error_then_close(timeout=15)
+    assert error["message"] == "Bad CONNECT"
+    assert _groups(b) == {(user, "/"): [1]}
+
+
+def test_after_the_reuse_time_a_new_login_is_checked_by_rabbitmq_again(bridge, dial, rabbit, user):
+    b = bridge(amqp_login_reuse_seconds=0, amqp_min_connections_per_login=1)
+    first = dial(b)
+    first.connect(login=user, passcode="pw1")
+    rabbit.create_user(user, "pw2")  # the password changes while a shared connection is open
+    again = dial(b)
+    again.send_frame("CONNECT", {"accept-version": "1.2", "host": "/", "login": user, "passcode": "pw1"})
+    assert again.error_then_close(timeout=15)["message"] == "Bad CONNECT"
+    fresh = dial(b)
+    fresh.connect(login=user, passcode="pw2")
+    first.receipt("SEND", {"destination": "/topic/shared-still-open"}, b"x")  # the old session goes on
+    assert sorted(_groups(b)[(user, "/")]) == [1, 1]
+
+
+def test_a_channel_error_ends_only_its_own_session(bridge, dial, queues, unique):
+    b = bridge(amqp_min_connections_per_login=1)
+    name = f"neighbour-{unique}"
+    queues.append(name)
+    victim, neighbour = dial(b), dial(b)
+    victim.connect()
+    neighbour.connect()
+    neighbour.subscribe(f"/queue/{name}")
+    assert _groups(b) == {("guest", "/"): [2]}
+    shared = next(iter(b._server.pool._connections.values()))[0]
+    victim.send_frame("SUBSCRIBE", {"destination": f"/amq/queue/missing-{unique}", "id": "x"})
+    assert victim.error_then_close()["message"] == "not_found"
+    neighbour.receipt("SEND", {"destination": f"/queue/{name}"}, b"still here")
+    assert neighbour.expect("MESSAGE").body == b"still here"
+    assert next(iter(b._server.pool._connections.values())) == [shared], "same connection, no reconnect"
+
+
+def test_a_connection_error_ends_every_session_on_it_with_the_reason(bridge, dial, rabbit, unique):
+    b = bridge(amqp_min_connections_per_login=1)
+    first, second = dial(b), dial(b)
+    first.connect()
+    second.connect()
+    assert _groups(b) == {("guest", "/"): [2]}
+    # The connection carries the name of the session that opened it.
+    name = "stomp-bridge 127.0.0.1:%d (guest)" % first.sock.getsockname()[1]
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:  # the management API lists a connection within moments
+        names = [c["name"] for c in rabbit.request("GET", "/connections") or []
+                 if (c.get("client_properties") or {}).get("connection_name") == name]
+        if names:
+            break
+        time.sleep(0.2)
+    assert names, f"RabbitMQ does not list {name!r}"
+    rabbit.request("DELETE", f"/connections/{urllib.parse.quote(names[0], safe='')}")
+    for conn in (first, second):
+        error = conn.error_then_close(timeout=10)
+        assert error["message"] == "connection_forced"
+
+
+# -- a client that stops reading must not stall the others on its connection -------------
+
+COUNT = 2000
+SIZE = 16 * 1024  # 32 MiB in all: far more than the socket buffers, the bridge's buffer and the window
+
+
+def _ready(amqp_url: str, queue: str) -> int:
+    async def count() -> int:
+        connection = await aiormq.connect(amqp_url)
+        try:
+            channel = await connection.channel()
+            return (await channel.queue_declare(queue, passive=True)).message_count
+        finally:
+            await connection.close()
+
+    return asyncio.run(count())
+
+
+@pytest.mark.parametrize("ack", ["auto", "client"])  # client: no prefetch-count, so RabbitMQ would not stop
+def test_a_stalled_consumer_does_not_stall_its_neighbour_on_the_same_connection(ack, bridge, dial, broker, queues, unique):
+    b = bridge(write_buffer_high=64 * 1024, auto_ack_window=50, amqp_min_connections_per_login=1)
+    slow_q, fast_q = f"stalled-{unique}", f"lively-{unique}"
+    queues.extend([slow_q, fast_q])
+    producer, stalled, neighbour = dial(b), dial(b, timeout=30), dial(b)
+    for conn in (producer, stalled, neighbour):
+        conn.connect()
+    stalled.subscribe(f"/queue/{slow_q}", ack=ack)  # then it stops reading
+    neighbour.subscribe(f"/queue/{fast_q}")
+    assert _groups(b) == {("guest", "/"): [3]}, "all three share one AMQP connection"
+    body = b"s" * SIZE
+    producer.send_raw(b"".join(
+        f"SEND\ndestination:/queue/{slow_q}\ncontent-length:{SIZE}\n\n".encode() + body + b"\x00"
+        for _ in range(COUNT - 1)
+    ))
+    producer.receipt("SEND", {"destination": f"/queue/{slow_q}"}, body, receipt_id="all-sent")
+
+    # The neighbour's round trips go on while the stalled client's deliveries back up.
+    for i in range(50):
+        neighbour.receipt("SEND", {"destination": f"/queue/{fast_q}"}, f"ping {i}", receipt_id=f"p{i}")
+        assert neighbour.expect("MESSAGE").body == f"ping {i}".encode()
+
+    # No event says "RabbitMQ stopped sending": wait until the queue depth holds still.
+    deadline = time.monotonic() + 20
+    last = _ready(broker.amqp_url, slow_q)
+    while time.monotonic() < deadline:
+        time.sleep(1.0)
+        now = _ready(broker.amqp_url, slow_q)
+        if now == last:
+            break
+        last = now
+    # In flight at most (16 MiB): the window or the time the channel limit takes to apply, the
+    # bridge's 64 KiB, and the kernel socket buffers on both hops (several MiB each on loopback).
+    assert last >= COUNT - 1000, f"only {last} of {COUNT} still queued: the bridge buffered the rest"
+    neighbour.receipt("SEND", {"destination": f"/queue/{fast_q}"}, b"after", receipt_id="after")
+    assert neighbour.expect("MESSAGE").body == b"after"
+
+    for _ in range(COUNT):  # the stalled client reads again and gets every message
+        frame = stalled.read_frame(timeout=30)
+        assert frame.command == "MESSAGE", frame.headers
+        assert len(frame.body) == SIZE
+    if ack == "client":
+        stalled.receipt("ACK", {"id": frame["ack"]}, receipt_id="acked")
+    assert _ready(broker.amqp_url, slow_q) == 0
+
+
+def test_an_exclusive_queue_ends_with_its_session_while_the_connection_lives_on(bridge, dial, rabbit, unique):
+    b = bridge(amqp_min_connections_per_login=1)
+    owner, neighbour = dial(b), dial(b)
+    owner.connect()
+    neighbour.connect()
+    assert _groups(b) == {("guest", "/"): [2]}
+    name = f"exclusive-{unique}"
+    owner.receipt("SEND", {"destination": f"/queue/{name}", "exclusive": "true"}, b"x")
+    assert rabbit.queue(name)["exclusive"] is True
+    owner.receipt("DISCONNECT", {})
+    owner.read_until_closed()
+    assert _groups(b) == {("guest", "/"): [1]}, "the neighbour keeps the shared connection open"
+    assert rabbit.queue(name) is None, "the plugin's exclusive queue ends with its STOMP connection"

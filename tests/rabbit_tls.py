@@ -1,0 +1,93 @@
+"""An extra amqps:// listener and the EXTERNAL mechanism on the shared test RabbitMQ.
+
+Everything here is additive and undone at the end of the test session: a TLS
+listener on a free port (rabbit_networking:start_ssl_listener/4 with the
+certificates inline, so the broker needs no files), ``EXTERNAL`` appended to
+``auth_mechanisms``, and ``verify_peer`` in the (empty) global ``ssl_options``,
+which rabbit_ssl checks before it lets EXTERNAL name a user ("TLS
+configuration is unsafe" otherwise). Needs ``rabbitmqctl`` on this machine,
+as scripts/ensure-rabbitmq sets up.
+"""
+
+from __future__ import annotations
+
+import base64
+import shutil
+import socket
+import subprocess
+
+
+class RabbitCtlError(RuntimeError):
+    pass
+
+
+def rabbitmqctl_eval(expression: str, timeout: float = 60) -> str:
+    exe = shutil.which("rabbitmqctl")
+    if exe is None:
+        raise RabbitCtlError(
+            "rabbitmqctl is not installed here; the amqps:// and EXTERNAL tests add a TLS listener to "
+            "the local RabbitMQ with it (bash scripts/ensure-rabbitmq installs RabbitMQ)"
+        )
+    done = subprocess.run([exe, "eval", expression], capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise RabbitCtlError(f"rabbitmqctl eval failed: {done.stderr.strip() or done.stdout.strip()}")
+    return done.stdout.strip()
+
+
+def _bin(data: bytes) -> str:
+    return f'base64:decode(<<"{base64.b64encode(data).decode()}">>)'
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_tls_listener(port: int, cacerts_der: list[bytes], cert_der: bytes, key_der: bytes) -> None:
+    options = (
+        f"[{{cacerts, [{', '.join(_bin(c) for c in cacerts_der)}]}}, {{cert, {_bin(cert_der)}}}, "
+        f"{{key, {{'PrivateKeyInfo', {_bin(key_der)}}}}}, {{verify, verify_peer}}, "
+        "{fail_if_no_peer_cert, false}, {versions, ['tlsv1.3', 'tlsv1.2']}]"
+    )
+    out = rabbitmqctl_eval(
+        "{ok, _} = application:ensure_all_started(ssl), "
+        f'rabbit_networking:start_ssl_listener({{"127.0.0.1", {port}}}, {options}, 2, 1).'
+    )
+    if out != "ok":
+        raise RabbitCtlError(f"RabbitMQ did not start a TLS listener on {port}: {out}")
+
+
+def stop_tls_listener(port: int) -> None:
+    rabbitmqctl_eval(f'rabbit_networking:stop_tcp_listener({{"127.0.0.1", {port}}}).')
+
+
+def enable_external() -> None:
+    """Idempotent: EXTERNAL offered, and rabbit_ssl sees verify_peer."""
+    rabbitmqctl_eval(
+        "{ok, M} = application:get_env(rabbit, auth_mechanisms), "
+        "case lists:member('EXTERNAL', M) of true -> ok; "
+        "false -> application:set_env(rabbit, auth_mechanisms, M ++ ['EXTERNAL']) end, "
+        "{ok, O} = application:get_env(rabbit, ssl_options), "
+        "case proplists:get_value(verify, O) of undefined -> "
+        "application:set_env(rabbit, ssl_options, [{verify, verify_peer} | O]); _ -> ok end."
+    )
+
+
+def amqp_connections() -> list[dict]:
+    """RabbitMQ's own view of its AMQP connections: user, auth_mechanism, ssl, connection_name."""
+    import json
+
+    exe = shutil.which("rabbitmqctl") or "rabbitmqctl"
+    done = subprocess.run(
+        [exe, "list_connections", "--formatter", "json", "-q", "user", "auth_mechanism", "ssl",
+         "client_properties"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )
+    out = []
+    for row in json.loads(done.stdout or "[]"):
+        # AMQP clients send [name, type, value] triples; other protocols' connections differ.
+        props = {p[0]: p[-1] for p in row.pop("client_properties", None) or [] if isinstance(p, list) and p}
+        row["connection_name"] = props.get("connection_name", "")
+        out.append(row)
+    return out

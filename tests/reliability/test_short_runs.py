@@ -1,0 +1,80 @@
+"""Short runs of every part of the reliability harness (``python -m reliability`` runs them longer).
+
+Each asserts the property, never a timing: parser and sessions fuzzed without a
+non-protocol error, every hostile client answered while a well-behaved one keeps
+working, no message lost under faults, nothing leaked after a soak.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+
+import pytest
+
+from reliability import faults, fuzz_parser, fuzz_session, hostile, soak
+from reliability.broker import Management, PrivateRabbit
+
+pytestmark = [
+    pytest.mark.reliability,
+    pytest.mark.integration,
+    pytest.mark.skipif(os.environ.get("STOMP_BRIDGE_TEST_TARGET") == "native",
+                       reason="the harness tests the bridge's own processes"),
+]
+
+
+@pytest.fixture
+def mgmt(broker, rabbit) -> Management:
+    logging.getLogger("asyncio").setLevel(logging.CRITICAL)  # writes to sockets a fault just reset
+    return Management(broker.api_url, broker.user, broker.password)
+
+
+def test_parser_fuzzing_finds_only_protocol_errors(tmp_path):
+    result = fuzz_parser.fuzz(10_000, tmp_path)
+    assert not result["crashed"], result["output"]
+    assert result["executions"] >= 10_000
+
+
+def test_session_fuzzing_leaves_the_bridge_up_and_a_good_client_working(broker, mgmt):
+    result = asyncio.run(fuzz_session.run(broker.amqp_url, mgmt, sessions=100, seed=7))
+    assert result["sessions"] == 100
+    assert result["probe"]["n"] > 0
+
+
+def test_hostile_clients_each_get_their_error_or_close(broker, mgmt):
+    vhost = mgmt.create_vhost()
+    try:
+        result = asyncio.run(hostile.run(broker.amqp_url, vhost, window=1.0, subscriptions=300, baseline=1.0))
+    finally:
+        mgmt.delete_vhost(vhost)
+    assert result["attacks"] >= len(hostile.ATTACKS)
+    assert result["outcomes"]["ERROR Connect timeout"] == 20
+    assert result["outcomes"]["ERROR Too many subscriptions"] == 1
+
+
+def test_resending_client_loses_nothing_when_proxies_cut_delay_and_pause(broker, mgmt):
+    tally = asyncio.run(faults.proxies(broker.amqp_url, mgmt, seconds=5.0))
+    assert tally.faults >= 1 and tally.sent > 0
+    assert tally.lost == 0, tally
+
+
+def test_resending_client_loses_nothing_when_the_bridge_is_killed(broker, mgmt):
+    tally = asyncio.run(faults.kill9(broker.amqp_url, mgmt, seconds=5.0, interval=(1.0, 2.0)))
+    assert tally.faults >= 1 and tally.sent > 0
+    assert tally.lost == 0, tally
+
+
+def test_resending_client_loses_nothing_when_a_private_rabbitmq_restarts():
+    why_not = PrivateRabbit.available()
+    if why_not is not None:
+        pytest.skip(f"cannot start a private RabbitMQ node here: {why_not}")
+    tally = asyncio.run(faults.rabbit_restart(seconds=6.0, restarts=2))
+    assert tally.faults == 2 and tally.sent > 0
+    assert tally.lost == 0, tally
+
+
+def test_soak_loses_no_message_and_leaks_nothing(broker, mgmt):
+    result = asyncio.run(soak.run(broker.amqp_url, mgmt, seconds=10.0, warmup=3.0))
+    assert result["sent"] > 0
+    assert result["problems"] == [], result

@@ -1,0 +1,186 @@
+"""Who shares which AMQP connection (no broker: the opener is a stand-in)."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+import pytest
+
+from stomp_bridge.amqp_pool import AmqpPool
+from stomp_bridge.amqp_reader import Hooks
+from stomp_bridge.protocol.errors import AccessRefused
+
+
+class FakeConnection:
+    def __init__(self, loop: asyncio.AbstractEventLoop, channel_max: int = 2047) -> None:
+        self.channels: dict[int, object] = {}
+        self.connection_tune = SimpleNamespace(channel_max=channel_max)
+        self.closing = loop.create_future()
+        self.is_closed = False
+        self.closed_count = 0
+
+    async def close(self) -> None:
+        self.is_closed = True
+        self.closed_count += 1
+
+
+class Opener:
+    def __init__(self, fail: BaseException | None = None, channel_max: int = 2047) -> None:
+        self.calls: list[tuple[str, str, str]] = []
+        self.fail = fail
+        self.channel_max = channel_max
+        self.gate: asyncio.Event | None = None
+
+    async def __call__(self, login, passcode, vhost, name, **tls):
+        self.calls.append((login, passcode, vhost))
+        self.tls = tls
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.fail is not None:
+            raise self.fail
+        return FakeConnection(asyncio.get_running_loop(), self.channel_max), Hooks()
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_same_credentials_share_until_the_cap_then_a_new_connection_opens():
+    async def main():
+        opener = Opener()
+        pool = AmqpPool(opener, channels_per_connection=2)
+        a = await pool.acquire("u", "p", "/", "c")
+        b = await pool.acquire("u", "p", "/", "c")
+        c = await pool.acquire("u", "p", "/", "c")
+        assert a is b and c is not a and len(opener.calls) == 2
+        return pool, a, c
+
+    run(main())
+
+
+@pytest.mark.parametrize("other", [("u", "other", "/"), ("v", "p", "/"), ("u", "p", "vh")])
+def test_any_difference_in_user_passcode_or_vhost_opens_a_connection_rabbitmq_checks(other):
+    async def main():
+        opener = Opener()
+        pool = AmqpPool(opener)
+        first = await pool.acquire("u", "p", "/", "c")
+        second = await pool.acquire(*other, "c")
+        assert first is not second
+        assert opener.calls == [("u", "p", "/"), other]
+
+    run(main())
+
+
+def test_an_external_login_never_shares_with_a_password_login_of_the_same_name():
+    async def main():
+        opener = Opener()
+        pool = AmqpPool(opener)
+        external = await pool.acquire("CN=alice", "", "/", "c", context="ctx", external=True)
+        assert opener.tls == {"context": "ctx", "external": True}
+        password = await pool.acquire("CN=alice", "", "/", "c")
+        assert password is not external and len(opener.calls) == 2
+        assert await pool.acquire("CN=alice", "", "/", "c", context="ctx", external=True) is external
+
+    run(main())
+
+
+def test_a_burst_of_logins_opens_one_connection_and_a_refusal_reaches_each_as_its_own_error():
+    async def main():
+        opener = Opener()
+        opener.gate = asyncio.Event()
+        pool = AmqpPool(opener)
+        tasks = [asyncio.ensure_future(pool.acquire("u", "p", "/", "c")) for _ in range(20)]
+        await asyncio.sleep(0)
+        opener.gate.set()
+        shared = await asyncio.gather(*tasks)
+        assert len(opener.calls) == 1 and all(s is shared[0] for s in shared)
+        assert shared[0].reserved == 20
+
+        refusing = Opener(fail=AccessRefused("Bad CONNECT", "Access refused for user 'x'\n"))
+        refusing.gate = asyncio.Event()
+        pool = AmqpPool(refusing)
+        tasks = [asyncio.ensure_future(pool.acquire("x", "bad", "/", "c")) for _ in range(5)]
+        await asyncio.sleep(0)
+        refusing.gate.set()
+        errors = await asyncio.gather(*tasks, return_exceptions=True)
+        assert len(refusing.calls) == 1
+        assert all(isinstance(e, AccessRefused) for e in errors)
+        assert len({id(e) for e in errors}) == 5, "each session annotates its own copy"
+
+    run(main())
+
+
+def test_the_last_session_out_closes_the_connection():
+    async def main():
+        pool = AmqpPool(Opener())
+        a = await pool.acquire("u", "p", "/", "c")
+        await pool.acquire("u", "p", "/", "c")
+        await pool.release(a)
+        assert not a.connection.is_closed and pool.connection_count == 1
+        await pool.release(a)
+        assert a.connection.is_closed and pool.connection_count == 0
+
+    run(main())
+
+
+def test_an_old_connection_keeps_its_sessions_but_takes_no_new_login():
+    async def main():
+        now = [0.0]
+        opener = Opener()
+        pool = AmqpPool(opener, reuse_seconds=60, clock=lambda: now[0])
+        first = await pool.acquire("u", "p", "/", "c")
+        now[0] = 59
+        assert await pool.acquire("u", "p", "/", "c") is first
+        now[0] = 61
+        fresh = await pool.acquire("u", "p", "/", "c")
+        assert fresh is not first and len(opener.calls) == 2
+        assert not first.connection.is_closed and first.reserved == 2
+
+    run(main())
+
+
+def test_a_lost_connection_is_not_handed_out_and_its_sessions_hear_why():
+    async def main():
+        pool = AmqpPool(Opener())
+        shared = await pool.acquire("u", "p", "/", "c")
+        heard = []
+        shared.sessions[1] = SimpleNamespace(connection_lost=heard.append)
+        boom = ConnectionError("gone")
+        shared.connection.closing.set_exception(boom)
+        await asyncio.sleep(0)
+        assert heard == [boom]
+        assert await pool.acquire("u", "p", "/", "c") is not shared
+
+    run(main())
+
+
+def test_channel_numbers_stay_within_channel_max_and_skip_those_still_closing():
+    async def main():
+        pool = AmqpPool(Opener(channel_max=3), channels_per_connection=10)
+        shared = await pool.acquire("u", "p", "/", "c")
+        assert shared.cap == 3, "the broker's channel_max wins"
+        shared.connection.channels[1] = object()  # closing: RabbitMQ has not sent close-ok yet
+        numbers = []
+        for _ in range(2):
+            number = shared.free_number()
+            shared.sessions[number] = object()
+            numbers.append(number)
+        assert sorted(numbers) == [2, 3]
+
+    run(main())
+
+
+def test_the_first_sessions_of_a_login_get_their_own_connections_then_share_the_least_loaded():
+    async def main():
+        opener = Opener()
+        pool = AmqpPool(opener, min_connections=3, channels_per_connection=10)
+        first = [await pool.acquire("u", "p", "/", "c") for _ in range(3)]
+        assert len({id(s) for s in first}) == 3
+        await pool.release(first[1])
+        await pool.acquire("u", "p", "/", "c")  # first[1] closed: below the minimum again, opens one
+        assert len(opener.calls) == 4
+        more = [await pool.acquire("u", "p", "/", "c") for _ in range(6)]
+        assert sorted(s.reserved for s in {id(s): s for s in more}.values()) == [3, 3, 3]
+
+    run(main())
