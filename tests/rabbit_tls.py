@@ -12,6 +12,7 @@ as scripts/ensure-rabbitmq sets up.
 from __future__ import annotations
 
 import base64
+import contextlib
 import shutil
 import socket
 import subprocess
@@ -72,6 +73,24 @@ def enable_external() -> None:
         "case proplists:get_value(verify, O) of undefined -> "
         "application:set_env(rabbit, ssl_options, [{verify, verify_peer} | O]); _ -> ok end."
     )
+
+
+@contextlib.contextmanager
+def broker_cert_login_from(mode: str):
+    """RabbitMQ's own ``ssl_cert_login_from`` set to ``mode`` for the block, then put back.
+
+    EXTERNAL reads it at every login, so the change needs no restart; it must match the
+    bridge's ``ssl_cert_login_from`` for certificate logins to name the same user.
+    """
+    before = rabbitmqctl_eval("application:get_env(rabbit, ssl_cert_login_from).").strip()
+    rabbitmqctl_eval(f"application:set_env(rabbit, ssl_cert_login_from, {mode}).")
+    try:
+        yield
+    finally:
+        if before.startswith("{ok,"):
+            rabbitmqctl_eval(f"application:set_env(rabbit, ssl_cert_login_from, {before[4:-1]}).")
+        else:
+            rabbitmqctl_eval("application:unset_env(rabbit, ssl_cert_login_from).")
 
 
 def amqp_connections() -> list[dict]:

@@ -18,7 +18,7 @@ from tests.integration.tls_support import (  # noqa: F401 - fixtures
     tls_dial,
     tls_settings,
 )
-from tests.rabbit_tls import amqp_connections
+from tests.rabbit_tls import amqp_connections, broker_cert_login_from
 
 
 def _send_and_get(conn, rabbit, queues, unique, body="hello") -> None:
@@ -151,6 +151,21 @@ def test_cert_login_refuses_login_and_passcode(bridge, tls_settings, tls_dial, t
     error = conn.error_then_close()
     assert error["message"] == "Bad CONNECT"
     assert "leave out login and passcode" in error.text
+
+
+@pytest.mark.amqps
+def test_cn_login_opens_the_amqp_connection_with_external(
+    bridge, tls_settings, tls_dial, test_pki, amqps, cert_user, rabbit, queues, unique
+):
+    cert = test_pki.client(("O", "stomp-bridge tests"), ("OU", "cn"), ("CN", f"cn-ext-{unique}"))
+    user = cert_user(f"cn-ext-{unique}")
+    b = bridge(**_external_settings(tls_settings, test_pki, amqps), ssl_cert_login_from="common_name")
+    with broker_cert_login_from("common_name"):
+        conn = tls_dial(b, cert=cert)
+        conn.connect(login=None, passcode=None)
+        _send_and_get(conn, rabbit, queues, unique)
+        ours = [c for c in amqp_connections() if c["user"] == user]
+    assert [(c["auth_mechanism"], c["ssl"]) for c in ours] == [("EXTERNAL", True)]
 
 
 @pytest.mark.amqps
