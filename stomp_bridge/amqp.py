@@ -6,9 +6,12 @@ the same credentials, one channel per session. The per-message paths bypass
 aiormq's generic API, which costs a lock, a future and a random
 ``message_id`` per publish and a task per delivery:
 
-* publishes and acks are encoded by ``amqp_codec`` into a batch that is handed
-  to aiormq's writer once per chunk of client bytes (``flush``); publisher
-  confirms are tracked by delivery-tag ranges in the session, not by futures;
+* publishes and acks are encoded by ``amqp_codec`` into a batch that is
+  written once per chunk of client bytes (``flush``): straight to the socket
+  when aiormq's write queue is empty and the socket keeps up (a task switch to
+  aiormq's writer costs as much as the write), else through that queue, whose
+  bound is the backpressure; publisher confirms are tracked by delivery-tag
+  ranges in the session, not by futures;
 * deliveries and confirms are cut out of the socket's bytes by
   ``amqp_reader`` and handed synchronously to ``on_delivery``/``on_confirm``
   (aiormq's channel reader is the fallback if that reader cannot be installed).
@@ -17,10 +20,14 @@ Backpressure without pausing a shared socket: every consumer acknowledges.
 A client-ack subscription is bounded by its prefetch-count (and by the
 channel-wide limit below); an ``ack:auto`` subscription is consumed with
 manual acks and a prefetch of ``auto_ack_window``, and the bridge acks its
-deliveries (in one frame per socket read) once they are in the client's
-socket buffer and that buffer is below ``write_buffer_high``. A client that
-stops reading therefore stops only its own channel, with at most the window
-buffered in the bridge, while other sessions on the connection go on.
+deliveries once they are in the client's socket buffer and that buffer is
+below ``write_buffer_high``. A client that stops reading therefore stops only
+its own channel, with at most the window buffered in the bridge, while other
+sessions on the connection go on. Those acks go out in one frame when a
+quarter of the window is pending or ``AUTO_ACK_DELAY`` after the first of
+them: one frame per delivery would cost RabbitMQ and the bridge a write each
+(a third of the writes of a request/reply round trip), while a crash in
+between only redelivers what the client may already hold, as any lost ack does.
 
 Every STOMP error ends the STOMP connection, so a closed channel never has to
 be reopened.
@@ -50,6 +57,8 @@ from .endpoints import Endpoints
 from .protocol.errors import AccessRefused, BrokerError, ProtocolError, StompError
 
 log = logging.getLogger(__name__)
+
+AUTO_ACK_DELAY = 0.02  # seconds an ack:auto delivery may wait for its ack to share a frame
 
 
 def _table_integer_as_long(value: int) -> bytes:
@@ -242,7 +251,7 @@ class AmqpSession:
         "publish_seq", "_batch", "_channel_number", "_frame_max", "on_delivery", "on_confirm",
         "on_closed", "on_cancelled", "on_batch_end", "_hooks", "_closing", "_prefetch",
         "_auto_tags", "_auto_pending", "_individual", "_auto_window", "_gate", "_gate_open",
-        "_waiter",
+        "_waiter", "_auto_flush_at", "_ack_timer",
     )
 
     def __init__(
@@ -272,6 +281,8 @@ class AmqpSession:
         self._auto_pending: list[int] = []
         self._individual = False  # a client-ack consumer exists: no multiple acks of our own
         self._auto_window = pool.auto_ack_window
+        self._auto_flush_at = max(1, self._auto_window // 4)
+        self._ack_timer: asyncio.TimerHandle | None = None
         self._gate: Callable[[], Awaitable[None]] | None = None
         self._gate_open: Callable[[], bool] | None = None
         self._waiter: asyncio.Task[None] | None = None
@@ -357,6 +368,9 @@ class AmqpSession:
         if self._dead():
             self._batch.clear()
             return
+        if self._write_now(self._batch):
+            self._batch.clear()
+            return
         # A drain future makes aiormq's writer wait for the socket to drain after
         # this write: when RabbitMQ stops reading (a resource alarm blocks
         # publishers), its queue fills and this flush waits, so the session stops
@@ -368,6 +382,25 @@ class AmqpSession:
         )
         self._batch.clear()
         await self._put(frame)
+
+    def _write_now(self, parts: list[bytes]) -> bool:
+        """Write to the socket at once if nothing waits before us and RabbitMQ keeps up.
+
+        An empty write queue means aiormq's writer has written everything handed
+        to it (it writes as soon as it takes a frame), so order is kept. A
+        socket with unsent bytes (RabbitMQ is not reading, e.g. blocked by an
+        alarm) sends the batch through the queue, whose bound stops the session.
+        """
+        transport = self.shared.hooks.transport
+        if (
+            transport is None
+            or self.connection.write_queue.qsize()
+            or transport.get_write_buffer_size()
+            or transport.is_closing()
+        ):
+            return False
+        transport.write(b"".join(parts) if len(parts) > 1 else parts[0])
+        return True
 
     def _dead(self) -> bool:
         """RabbitMQ closed this channel: a frame written on its number now would make
@@ -423,6 +456,10 @@ class AmqpSession:
         callback = self.on_batch_end
         if callback is not None:
             callback()
+        self._settle_auto(False)
+
+    def _settle_auto(self, now: bool) -> None:
+        """Ack what the client's socket has taken, hold while it is full (see the module docstring)."""
         if self._waiter is not None or self._closing:
             return
         gate_open = self._gate_open
@@ -430,14 +467,24 @@ class AmqpSession:
             if (self._auto_pending or self._individual) and not self._dead():
                 self._waiter = asyncio.ensure_future(self._hold_until_writable())
             return
-        if self._auto_pending:
-            self._release_auto()
+        pending = self._auto_pending
+        if pending:
+            if now or len(pending) >= self._auto_flush_at:
+                self._release_auto()
+            elif self._ack_timer is None:
+                self._ack_timer = self.connection.loop.call_later(AUTO_ACK_DELAY, self._ack_timer_fired)
+
+    def _ack_timer_fired(self) -> None:
+        self._ack_timer = None
+        self._settle_auto(True)
 
     def _release_auto(self) -> None:
         """Ack the ack:auto deliveries the client's socket has taken."""
         if self._waiter is not None or self._closing or self._dead():
             return
         frame = self._auto_ack_frame()
+        if self._write_now([frame.payload]):
+            return
         try:
             self.connection.write_queue.put_nowait(frame)
         except asyncio.QueueFull:
@@ -445,6 +492,9 @@ class AmqpSession:
 
     def _auto_ack_frame(self) -> ChannelFrame:
         pending, self._auto_pending = self._auto_pending, []
+        if self._ack_timer is not None:
+            self._ack_timer.cancel()
+            self._ack_timer = None
         number = self._channel_number
         if self._individual:
             payload = b"".join([encode_ack(number, tag, False) for tag in pending])
@@ -648,7 +698,7 @@ class AmqpSession:
         selector dropped); if aiormq's write queue is full, the batch goes with the next flush."""
         if not self._batch:
             return
-        if self._dead():
+        if self._dead() or self._write_now(self._batch):
             self._batch.clear()
             return
         frame = ChannelFrame(payload=b"".join(self._batch), should_close=False)
@@ -672,6 +722,9 @@ class AmqpSession:
             pass
         if self._waiter is not None:
             self._waiter.cancel()
+        if self._ack_timer is not None:
+            self._ack_timer.cancel()
+            self._ack_timer = None
         try:
             if not self.channel.is_closed:
                 await asyncio.wait_for(self.channel.close(), timeout=5)

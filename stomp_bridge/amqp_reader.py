@@ -78,10 +78,12 @@ class ChannelHooks:
 class Hooks:
     """The channels of one AMQP connection that take the direct path, by number."""
 
-    __slots__ = ("channels",)
+    __slots__ = ("channels", "transport")
 
     def __init__(self) -> None:
         self.channels: dict[int, ChannelHooks] = {}
+        # The connection's socket, for writes that need not queue for aiormq's writer task.
+        self.transport: Any = None
 
 
 current_hooks: contextvars.ContextVar[Hooks | None] = contextvars.ContextVar(
@@ -93,6 +95,8 @@ class BulkFrameReceiver(aiormq.connection.FrameReceiver):
     def __init__(self, reader: Any) -> None:
         super().__init__(reader)
         self.hooks = current_hooks.get()
+        if self.hooks is not None:
+            self.hooks.transport = getattr(reader, "_transport", None)
         self._buf = bytearray()
         self._frames: deque[tuple[int, int, Any]] = deque()
         self._touched: list[ChannelHooks] = []  # channels that got frames in this read

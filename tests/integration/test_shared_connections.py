@@ -200,3 +200,39 @@ def test_an_exclusive_queue_ends_with_its_session_while_the_connection_lives_on(
     owner.read_until_closed()
     assert _groups(b) == {("guest", "/"): [1]}, "the neighbour keeps the shared connection open"
     assert rabbit.queue(name) is None, "the plugin's exclusive queue ends with its STOMP connection"
+
+
+def _unacked_by_user(user: str) -> int:
+    """RabbitMQ's live count (not the management API's sampled one) of the user's unacked deliveries."""
+    import json
+    import shutil
+    import subprocess
+
+    done = subprocess.run(
+        [shutil.which("rabbitmqctl") or "rabbitmqctl", "list_channels", "-q", "--formatter", "json",
+         "user", "messages_unacknowledged"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )
+    return sum(row["messages_unacknowledged"] for row in json.loads(done.stdout or "[]") if row["user"] == user)
+
+
+def test_ack_auto_deliveries_are_acknowledged_while_the_client_is_quiet(bridge, dial, user, queues, unique):
+    """The bridge batches its acks of ack:auto deliveries (a quarter of auto_ack_window, or a
+    short delay): a few messages on an idle connection must not stay unacked in RabbitMQ,
+    where a channel failure would hand them to another consumer again."""
+    b = bridge(auto_ack_window=400)
+    name = f"autoack-{unique}"
+    queues.append(name)
+    conn = dial(b)
+    conn.connect(login=user, passcode="pw1")
+    conn.subscribe(f"/queue/{name}")
+    for i in range(3):
+        conn.send_frame("SEND", {"destination": f"/queue/{name}"}, f"m{i}")
+    assert [conn.expect("MESSAGE").body for _ in range(3)] == [b"m0", b"m1", b"m2"]
+    # No event says RabbitMQ took the acks: ask it until a deadline.
+    deadline = time.monotonic() + 10
+    while (unacked := _unacked_by_user(user)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert unacked == 0
+    conn.receipt("SEND", {"destination": f"/queue/{name}"}, "still here", receipt_id="after")
+    assert conn.expect("MESSAGE").body == b"still here"
