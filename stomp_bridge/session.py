@@ -434,7 +434,9 @@ class Session:
         existing = self.reply_queues.get(temp_id)
         if existing is None:
             amqp = self._amqp()
-            existing = await self._declare(dest.TEMP_QUEUE_DECLARE)
+            existing = await self._declare(
+                dest.temp_queue_declare(self.settings.temp_queue_prefix, self.session_id, temp_id)
+            )
             tag = hdr.reply_queue_consumer_tag(temp_id)
             self.subscriptions[tag] = Subscription(tag, None, existing, ack=False, multiple=False)
             await amqp.consume(existing, tag, no_ack=True)

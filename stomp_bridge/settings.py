@@ -69,6 +69,12 @@ class Settings(BaseSettings):
         "one-message queue per topic, delivered first to each new subscriber of that topic "
         "(costs a lookup per /topic/ SUBSCRIBE, hence opt-in).",
     )
+    temp_queue_prefix: str | None = Field(
+        None,
+        description="Name /temp-queue/<id> reply queues `<prefix><session>.<id>` instead of "
+        "RabbitMQ's `amq.gen-…`, so policies and monitoring can match them (unset: the plugin's "
+        "server-named queues).",
+    )
     redeliveries_header: str | None = Field(
         None,
         description="Apollo's add_redeliveries_header: redelivered MESSAGEs carry this header with "

@@ -295,6 +295,22 @@ class SubscribePlan:
 TEMP_QUEUE_DECLARE = QueueDeclare("", durable=False, auto_delete=True, exclusive=True, arguments={})
 
 
+def temp_queue_declare(prefix: str | None, session_id: str, temp_id: str) -> QueueDeclare:
+    """The reply queue of ``/temp-queue/<temp_id>``: server-named as in the plugin, or (with
+    ``temp_queue_prefix``) ``<prefix><session>.<temp_id>``, unique per connection like the
+    server's names, but recognisable by policies and monitoring."""
+    if prefix is None:
+        return TEMP_QUEUE_DECLARE
+    name = f"{prefix}{session_id.removeprefix('session-')}.{temp_id}"
+    if len(name.encode()) > 255:
+        raise InvalidDestination(
+            "Invalid destination",
+            f"'/temp-queue/{temp_id}' makes a queue name over 255 bytes with temp_queue_prefix "
+            f"'{prefix}'; use a shorter temp-queue id.",
+        )
+    return QueueDeclare(name, durable=False, auto_delete=True, exclusive=True, arguments={})
+
+
 def _bool(value: str) -> bool | None:
     # rabbit_stomp_util:string_to_boolean/1; anything else is 'undefined'
     if value == "true" or value == "True":

@@ -436,6 +436,29 @@ def test_temp_topic_reply_goes_to_the_requester_only(connected, unique, queues):
     assert reply.body == b"pong" and reply["subscription"] == "r"
 
 
+def test_temp_queue_prefix_names_reply_queues(bridge, dial, rabbit, unique, queues):
+    b = bridge(temp_queue_prefix="stomp-temp-")
+    service_queue = f"svc-{unique}"
+    queues.append(service_queue)
+    requester, service = dial(b), dial(b)
+    connected = requester.connect()
+    service.connect()
+    service.subscribe(f"/queue/{service_queue}")
+    requester.receipt("SEND", {"destination": f"/queue/{service_queue}", "reply-to": "/temp-queue/answers"},
+                      "ping")
+    request = service.expect("MESSAGE")
+    session = connected["session"].removeprefix("session-")
+    assert request["reply-to"] == f"/reply-queue/stomp-temp-{session}.answers"
+    queue = rabbit.queue(f"stomp-temp-{session}.answers")
+    assert (queue["exclusive"], queue["auto_delete"], queue["durable"]) == (True, True, False)
+    service.receipt("SEND", {"destination": request["reply-to"]}, "pong")
+    reply = requester.expect("MESSAGE")
+    assert (reply.body, reply["subscription"]) == (b"pong", "/temp-queue/answers")
+    requester.receipt("DISCONNECT", {}, receipt_id="bye")
+    requester.read_until_closed()
+    assert rabbit.queue(f"stomp-temp-{session}.answers") is None
+
+
 def test_quorum_queue_redeliveries_carry_the_delivery_count(connected, unique, queues):
     name = f"qq-{unique}"
     queues.append(name)

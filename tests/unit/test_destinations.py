@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import stomp_bridge.protocol.destinations as d
 from stomp_bridge.protocol.destinations import (
     TEMP_QUEUE_DECLARE,
     Destination,
@@ -349,3 +350,13 @@ def test_unparsable_reply_to_is_a_processing_error():
 
 def test_temp_queues_are_server_named_exclusive_auto_delete():
     assert TEMP_QUEUE_DECLARE == QueueDeclare("", False, True, True, {})
+
+
+def test_temp_queue_names_are_the_servers_unless_a_prefix_is_set():
+    assert d.temp_queue_declare(None, "session-abc", "x") is d.TEMP_QUEUE_DECLARE
+    named = d.temp_queue_declare("stomp-temp-", "session-abc", "replies")
+    assert (named.queue, named.exclusive, named.auto_delete, named.durable) == (
+        "stomp-temp-abc.replies", True, True, False,
+    )
+    with pytest.raises(InvalidDestination, match="over 255 bytes"):
+        d.temp_queue_declare("p-", "session-abc", "x" * 250)
