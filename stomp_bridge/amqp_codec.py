@@ -50,6 +50,24 @@ def shortstr(text: str, what: str = "value") -> bytes:
     return bytes((len(data),)) + data
 
 
+# Encodings that repeat from message to message (header names, a destination's publish
+# method frame), kept until there are CACHE_SIZE of them, then started afresh: a client
+# that invents a new name per message costs the cache, never unbounded memory.
+CACHE_SIZE = 4096
+_STR_KEYS: dict[str, bytes] = {}
+_PUBLISH_METHODS: dict[tuple[int, str, str], bytes] = {}
+
+
+def _str_key(key: str) -> bytes:
+    encoded = _STR_KEYS.get(key)
+    if encoded is None:
+        encoded = shortstr(key, "a header name") + b"S"
+        if len(_STR_KEYS) >= CACHE_SIZE:
+            _STR_KEYS.clear()
+        _STR_KEYS[key] = encoded
+    return encoded
+
+
 def field_table(table: dict[str, Any]) -> bytes:
     """Strings as longstr ('S') and integers as long ('l'); anything else via pamqp.
 
@@ -60,7 +78,7 @@ def field_table(table: dict[str, Any]) -> bytes:
         kind = type(value)
         if kind is str:
             data = value.encode("utf-8")
-            parts.append(shortstr(key, "a header name") + b"S" + _U32.pack(len(data)) + data)
+            parts.append(_str_key(key) + _U32.pack(len(data)) + data)
         elif kind is int:
             parts.append(shortstr(key, "a header name") + b"l" + _LONG.pack(value))
         else:
@@ -99,13 +117,17 @@ def encode_publish(
     frame_max: int,
 ) -> bytes:
     """basic.publish + content header + body frames, ready for the socket."""
-    method = _PUBLISH_PREFIX + shortstr(exchange, "exchange") + shortstr(routing_key, "routing key") + b"\x00"
+    key = (channel, exchange, routing_key)
+    method_frame = _PUBLISH_METHODS.get(key)
+    if method_frame is None:
+        method = _PUBLISH_PREFIX + shortstr(exchange, "exchange") + shortstr(routing_key, "routing key") + b"\x00"
+        method_frame = _METHOD_HEADER.pack(1, channel, len(method)) + method + FRAME_END
+        if len(_PUBLISH_METHODS) >= CACHE_SIZE:
+            _PUBLISH_METHODS.clear()
+        _PUBLISH_METHODS[key] = method_frame
     flags, properties = encode_properties(props)
     header = _CONTENT_PREFIX.pack(60, 0, len(body), flags) + properties
-    out = [
-        _METHOD_HEADER.pack(1, channel, len(method)), method, FRAME_END,
-        _METHOD_HEADER.pack(2, channel, len(header)), header, FRAME_END,
-    ]
+    out = [method_frame, _METHOD_HEADER.pack(2, channel, len(header)), header, FRAME_END]
     if body:
         step = frame_max - 8
         if len(body) <= step:

@@ -82,6 +82,7 @@ NOT_USER_HEADERS = frozenset(
     )
 )
 
+_QUEUE_ARGUMENT_NAMES = frozenset(QUEUE_ARGUMENTS)
 _INT = re.compile(r"[+-]?[0-9]+").fullmatch
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 
@@ -101,7 +102,9 @@ def queue_arguments(headers: Mapping[str, str], *, compat_3_10: bool = False) ->
     is not an integer is a "Processing error" (verified), whatever the
     destination kind, even when no queue is declared.
     """
-    names = QUEUE_ARGUMENTS_3_10 if compat_3_10 else QUEUE_ARGUMENTS
+    names = QUEUE_ARGUMENTS_3_10 if compat_3_10 else _QUEUE_ARGUMENT_NAMES
+    if names.isdisjoint(headers):  # the usual SEND: no queue argument at all
+        return {}
     args: dict[str, Any] = {}
     for name, value in headers.items():
         if name in names:
