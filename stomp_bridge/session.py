@@ -37,7 +37,7 @@ from .protocol.connect import (
 from .protocol import features
 from .protocol import headers as hdr
 from .protocol.errors import AccessRefused, BrokerError, InvalidDestination, ProtocolError, StompError
-from .protocol.frames import Frame, serialize
+from .protocol.frames import Frame, receipt_frame, serialize
 from .protocol.parser import FrameParser, Limits
 
 if TYPE_CHECKING:
@@ -692,7 +692,9 @@ class Session:
             self._queue_receipt(receipt)
 
     def _queue_receipt(self, receipt: str) -> None:
-        data = self._encode(Frame("RECEIPT", {"receipt-id": receipt}))
+        data = None if self._debug else receipt_frame(receipt)
+        if data is None:
+            data = self._encode(Frame("RECEIPT", {"receipt-id": receipt}))
         self.counters.frames_out["RECEIPT"] += 1
         self.ledger.receipt(receipt, data, self.amqp.publish_seq if self.amqp is not None else 0)
 

@@ -176,6 +176,7 @@ def escape_destination_part(text: str) -> str:
     return "".join([table[b] for b in text.encode("utf-8", "surrogateescape")])
 
 
+@functools.lru_cache(maxsize=4096)
 def message_destination(exchange: str, routing_key: str) -> str:
     """The ``destination`` of a MESSAGE, rebuilt from the delivery (``format_destination/2``).
 

@@ -70,6 +70,14 @@ def _escape(text: str, table: dict[int, str] | None, version: str) -> str:
     raise ValueError(f"header text {text[:60]!r} cannot be represented in a STOMP {version} frame")
 
 
+def receipt_frame(receipt_id: str) -> bytes | None:
+    """``serialize(Frame("RECEIPT", {"receipt-id": receipt_id}), v)`` for every version, when
+    the id needs no escaping (the usual case; None otherwise): one per receipted SEND."""
+    if _SPECIAL(receipt_id) is not None:
+        return None
+    return b"RECEIPT\nreceipt-id:" + receipt_id.encode() + b"\n\n\0"
+
+
 def serialize(frame: Frame, version: str = "1.2") -> bytes:
     """Encode ``frame`` for a peer speaking ``version``.
 

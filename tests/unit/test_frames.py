@@ -12,6 +12,7 @@ from stomp_bridge.protocol.frames import (
     SERVER_COMMANDS,
     UNESCAPED_COMMANDS,
     Frame,
+    receipt_frame,
     serialize,
 )
 from stomp_bridge.protocol.parser import FrameParser
@@ -165,3 +166,15 @@ def test_serialized_frames_back_to_back_parse_in_order(cases):
         wire = frames.heartbeat.join(serialize(f, version) for f in chosen)
         parsed = FrameParser(version=version).frames(wire)
         assert [(f.command, f.body) for f in parsed] == [(f.command, f.body) for f in chosen]
+
+
+@pytest.mark.parametrize("receipt_id", ["r-1", "message-12345", "", "ünï", "a b", "x\x00y"])
+@pytest.mark.parametrize("version", ["1.0", "1.1", "1.2"])
+def test_receipt_fast_path_is_what_serialize_writes(receipt_id, version):
+    expected = serialize(Frame("RECEIPT", {"receipt-id": receipt_id}), "1.2" if version == "1.0" else version)
+    assert receipt_frame(receipt_id) == expected
+
+
+@pytest.mark.parametrize("receipt_id", ["a:b", "a\\b", "a\nb", "a\rb"])
+def test_receipt_ids_that_need_escaping_take_the_general_path(receipt_id):
+    assert receipt_frame(receipt_id) is None
