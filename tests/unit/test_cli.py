@@ -1,25 +1,9 @@
 """Configuration sources and `stomp-bridge config show` (no broker needed)."""
 
-import json
-
 import pytest
 
 from stomp_bridge.cli import main
-
-
-@pytest.fixture
-def clean_env(monkeypatch):
-    import os
-
-    for name in list(os.environ):
-        if name.startswith("STOMP_BRIDGE_") and not name.startswith("STOMP_BRIDGE_TEST_"):
-            monkeypatch.delenv(name)
-    return monkeypatch
-
-
-def show(capsys, *argv):
-    assert main(["config", "show", *argv]) == 0
-    return json.loads(capsys.readouterr().out)
+from tests.unit.config_show import show
 
 
 def test_defaults_echo_the_plugin(clean_env, capsys):
