@@ -62,6 +62,7 @@ class Counters:
         self.heartbeat_timeouts = 0
         self.auth_failures = 0
         self.connections_refused: defaultdict[str, int] = defaultdict(int)  # by limit
+        self.tls_handshake_failures: defaultdict[str, int] = defaultdict(int)  # by reason
         self.websocket_upgrades = 0  # of the connections opened, those that came over WebSocket
         self.confirm_latency = Histogram(CONFIRM_BUCKETS)
 
@@ -118,6 +119,12 @@ class BridgeCollector(Collector):
             "stomp_bridge_heartbeat_timeouts", "Clients dropped for missing heart-beats.", c.heartbeat_timeouts
         )
         yield _counter("stomp_bridge_auth_failures", "CONNECTs refused by authentication.", c.auth_failures)
+        yield _labelled(
+            "stomp_bridge_tls_handshake_failures",
+            "Failed TLS handshakes on the TLS and wss listeners, by reason (version, no_certificate, "
+            "certificate, closed, protocol); timeouts are not counted here.",
+            "reason", c.tls_handshake_failures,
+        )
         hist = HistogramMetricFamily(
             "stomp_bridge_publish_confirm_seconds", "Time from publish to RabbitMQ's confirm."
         )

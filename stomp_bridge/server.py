@@ -17,6 +17,7 @@ import functools
 import logging
 import resource
 import socket
+import ssl
 from collections.abc import Awaitable
 from typing import Any, Protocol
 
@@ -355,11 +356,17 @@ class BridgeServer:
         self._tls_watch: asyncio.Task[None] | None = None
         if settings.tls_port is not None or settings.wss_port is not None:
             self.tls = ServerTLS.from_settings(settings)
+            self.tls.on_handshake_failure = self._tls_handshake_failed
             self.tls_security = ConnectSecurity(
                 cert_login=CertLogin(settings) if settings.ssl_cert_login else None,
                 profile=SwaptacularProfile(settings) if settings.profile == "swaptacular" else None,
                 amqp_context=amqp_context,
             )
+
+    def _tls_handshake_failed(self, reason: str, exc: ssl.SSLError) -> None:
+        self.counters.tls_handshake_failures[reason] += 1
+        # The SSL object does not know its peer; the metric and this line say why clients fail.
+        log.info("TLS handshake failed", extra={"reason": reason, "detail": exc.reason or str(exc)})
 
     @property
     def port(self) -> int:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -210,6 +211,9 @@ class ServerTLS:
         self.current = self._build()
         self.context = self._build()
         self.context.sni_callback = self._pick_context
+        # Called with a HANDSHAKE_FAILURES label and the error when a client's handshake fails.
+        self.on_handshake_failure: Callable[[str, ssl.SSLError], None] | None = None
+        self.context.sslobject_class = _watched_ssl_object(self)
         self._stamp = self._file_stamp()
         self.reloads = 0
 
@@ -276,3 +280,47 @@ def certificate_summary(cert_file: str) -> dict[str, str]:
     except (OSError, ValueError):
         return {}
     return {"subject": rabbit_dn(cert.subject), "expires": cert.not_valid_after_utc.isoformat()}
+
+
+# -- failed handshakes -----------------------------------------------------------------------
+
+# Why a handshake failed, as a metric label: a fixed set, whatever OpenSSL says.
+HANDSHAKE_FAILURES = ("version", "no_certificate", "certificate", "closed", "protocol")
+
+
+def handshake_failure(exc: ssl.SSLError) -> str:
+    """The ``HANDSHAKE_FAILURES`` label of an error from a server handshake."""
+    if isinstance(exc, (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError)):
+        return "closed"
+    reason = (exc.reason or "").upper()
+    if "VERSION" in reason or ("PROTOCOL" in reason and "UNSUPPORTED" in reason):
+        return "version"
+    if "PEER_DID_NOT_RETURN_A_CERTIFICATE" in reason or "CERTIFICATE_REQUIRED" in reason:
+        return "no_certificate"
+    if "CERTIFICATE" in reason or "VERIFY" in reason or "UNKNOWN_CA" in reason:
+        return "certificate"
+    return "protocol"
+
+
+def _watched_ssl_object(owner: ServerTLS) -> type[ssl.SSLObject]:
+    """An ``SSLObject`` class for the listener context that reports failed handshakes.
+
+    asyncio and uvloop run a listener's handshake inside the transport and, for an
+    ``SSLError``, only log it at DEBUG: the server never hears of it. Both drive the
+    handshake through the context's ``sslobject_class``, so this is where a failure can be
+    seen. Timeouts and clients that vanish without a TLS alert raise nothing here.
+    """
+
+    class WatchedSSLObject(ssl.SSLObject):
+        def do_handshake(self) -> None:
+            try:
+                super().do_handshake()
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                raise
+            except ssl.SSLError as exc:
+                callback = owner.on_handshake_failure
+                if callback is not None:
+                    callback(handshake_failure(exc), exc)
+                raise
+
+    return WatchedSSLObject

@@ -37,11 +37,23 @@ def test_tls_only_bridge_serves_stomp_over_tls(bridge, tls_settings, tls_dial, r
     _send_and_get(conn, rabbit, queues, unique)
 
 
+def _handshake_failures(b) -> dict[str, float]:
+    """stomp_bridge_tls_handshake_failures_total by reason, as /metrics shows it."""
+    import re
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{b._server.ops.port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return {m[1]: float(m[2]) for m in re.finditer(
+        r'^stomp_bridge_tls_handshake_failures_total\{reason="([^"]+)"\} (\S+)$', text, re.M)}
+
+
 def test_tls_version_floor_refuses_older_clients(bridge, tls_settings, tls_dial):
     b = bridge(**tls_settings, tls_min_version="1.3")
     error = refused_handshake(lambda: tls_dial(b, max_version=ssl.TLSVersion.TLSv1_2))
     assert isinstance(error, ssl.SSLError)
     assert tls_dial(b).sock.version() == "TLSv1.3"
+    assert _handshake_failures(b) == {"version": 1}
 
 
 def test_fail_if_no_peer_cert_refuses_clients_without_certificate(bridge, tls_settings, tls_dial, test_pki):
@@ -49,12 +61,14 @@ def test_fail_if_no_peer_cert_refuses_clients_without_certificate(bridge, tls_se
     refused_handshake(lambda: tls_dial(b))
     conn = tls_dial(b, cert=test_pki.client(("O", "tests"), ("CN", "with-cert")))
     conn.connect()
+    assert _handshake_failures(b) == {"no_certificate": 1}
 
 
 def test_certificate_from_an_unknown_ca_is_refused(bridge, tls_settings, tls_dial, test_pki):
     b = bridge(**tls_settings, tls_verify_peer=True)
     stranger = pki.make_ca("someone else's CA")
     refused_handshake(lambda: tls_dial(b, cert=test_pki.client(("CN", "mallory"), ca=stranger)))
+    assert _handshake_failures(b) == {"certificate": 1}
 
 
 def test_expired_client_certificate_is_refused(bridge, tls_settings, tls_dial, test_pki, tmp_path):
