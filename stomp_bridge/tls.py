@@ -293,6 +293,8 @@ def handshake_failure(exc: ssl.SSLError) -> str:
     if isinstance(exc, (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError)):
         return "closed"
     reason = (exc.reason or "").upper()
+    if reason in ("WRONG_VERSION_NUMBER", "HTTP_REQUEST", "HTTPS_PROXY_REQUEST"):
+        return "protocol"  # not TLS at all: e.g. a plain STOMP client on the TLS port
     if "VERSION" in reason or ("PROTOCOL" in reason and "UNSUPPORTED" in reason):
         return "version"
     if "PEER_DID_NOT_RETURN_A_CERTIFICATE" in reason or "CERTIFICATE_REQUIRED" in reason:

@@ -10,7 +10,15 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
-from stomp_bridge.tls import PeerCertificate, ServerTLS, build_client_context, common_name, rabbit_dn
+from stomp_bridge.tls import (
+    HANDSHAKE_FAILURES,
+    PeerCertificate,
+    ServerTLS,
+    build_client_context,
+    common_name,
+    handshake_failure,
+    rabbit_dn,
+)
 from tests import pki
 
 
@@ -158,3 +166,27 @@ def test_reloaded_ca_file_replaces_the_trusted_client_cas(tmp_path) -> None:
     assert server.reload()
     assert _client_accepted(server, str(trust), new_client)
     assert not _client_accepted(server, str(trust), old_client)
+
+
+def _ssl_error(cls, reason):
+    exc = cls(1, reason)
+    exc.reason = reason
+    return exc
+
+
+@pytest.mark.parametrize("exc,label", [
+    (_ssl_error(ssl.SSLError, "UNSUPPORTED_PROTOCOL"), "version"),
+    (_ssl_error(ssl.SSLError, "TLSV1_ALERT_PROTOCOL_VERSION"), "version"),
+    (_ssl_error(ssl.SSLError, "PEER_DID_NOT_RETURN_A_CERTIFICATE"), "no_certificate"),
+    (_ssl_error(ssl.SSLError, "TLSV13_ALERT_CERTIFICATE_REQUIRED"), "no_certificate"),
+    (_ssl_error(ssl.SSLError, "CERTIFICATE_VERIFY_FAILED"), "certificate"),
+    (_ssl_error(ssl.SSLError, "TLSV1_ALERT_UNKNOWN_CA"), "certificate"),
+    (_ssl_error(ssl.SSLError, "SSLV3_ALERT_BAD_CERTIFICATE"), "certificate"),
+    (_ssl_error(ssl.SSLEOFError, "UNEXPECTED_EOF_WHILE_READING"), "closed"),
+    (_ssl_error(ssl.SSLError, "WRONG_VERSION_NUMBER"), "protocol"),  # plain STOMP on the TLS port
+    (_ssl_error(ssl.SSLError, "HTTP_REQUEST"), "protocol"),
+    (_ssl_error(ssl.SSLError, "NO_SHARED_CIPHER"), "protocol"),
+])
+def test_failed_handshakes_get_one_of_a_fixed_set_of_labels(exc, label):
+    assert handshake_failure(exc) == label
+    assert label in HANDSHAKE_FAILURES
