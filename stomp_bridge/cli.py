@@ -83,15 +83,21 @@ async def _serve(settings: Settings) -> None:
         pass
     await server.start()
     _tune_gc()
+    await _stop_signal().wait()
+    log.info("shutting down", extra={"connections": server.connection_count})
+    await server.close()
+
+
+def _stop_signal() -> asyncio.Event:
+    """Set by SIGINT or SIGTERM: the bridge and the forwarder stop the same way."""
     stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
             loop.add_signal_handler(sig, stop.set)
         except NotImplementedError:  # pragma: no cover - non-Unix
             pass
-    await stop.wait()
-    log.info("shutting down", extra={"connections": server.connection_count})
-    await server.close()
+    return stop
 
 
 def _tune_gc() -> None:
@@ -171,14 +177,7 @@ async def _forward(settings: Settings) -> None:
     with open(settings.swpt_peer_manifest, encoding="utf-8") as f:
         peer = parse(f.read())
     forwarder = Forwarder(settings, peer)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, stop.set)
-        except NotImplementedError:  # pragma: no cover - non-Unix
-            pass
-    await forwarder.run(stop)
+    await forwarder.run(_stop_signal())
 
 
 def main(argv: list[str] | None = None) -> int:
