@@ -13,26 +13,15 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import shutil
 import socket
-import subprocess
 
+from tests.brokers import RabbitCtlError, rabbitmqctl
 
-class RabbitCtlError(RuntimeError):
-    pass
+__all__ = ["RabbitCtlError", "rabbitmqctl_eval"]
 
 
 def rabbitmqctl_eval(expression: str, timeout: float = 60) -> str:
-    exe = shutil.which("rabbitmqctl")
-    if exe is None:
-        raise RabbitCtlError(
-            "rabbitmqctl is not installed here; the amqps:// and EXTERNAL tests add a TLS listener to "
-            "the local RabbitMQ with it (bash scripts/ensure-rabbitmq installs RabbitMQ)"
-        )
-    done = subprocess.run([exe, "eval", expression], capture_output=True, text=True, timeout=timeout)
-    if done.returncode != 0:
-        raise RabbitCtlError(f"rabbitmqctl eval failed: {done.stderr.strip() or done.stdout.strip()}")
-    return done.stdout.strip()
+    return rabbitmqctl("eval", expression, timeout=timeout).strip()
 
 
 def _bin(data: bytes) -> str:
@@ -97,14 +86,10 @@ def amqp_connections() -> list[dict]:
     """RabbitMQ's own view of its AMQP connections: user, auth_mechanism, ssl, connection_name."""
     import json
 
-    exe = shutil.which("rabbitmqctl") or "rabbitmqctl"
-    done = subprocess.run(
-        [exe, "list_connections", "--formatter", "json", "-q", "user", "auth_mechanism", "ssl",
-         "client_properties"],
-        capture_output=True, text=True, timeout=60, check=True,
-    )
+    listed = rabbitmqctl("list_connections", "--formatter", "json", "-q", "user", "auth_mechanism", "ssl",
+                         "client_properties")
     out = []
-    for row in json.loads(done.stdout or "[]"):
+    for row in json.loads(listed or "[]"):
         # AMQP clients send [name, type, value] triples; other protocols' connections differ.
         props = {p[0]: p[-1] for p in row.pop("client_properties", None) or [] if isinstance(p, list) and p}
         row["connection_name"] = props.get("connection_name", "")

@@ -3,22 +3,18 @@
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 
 import pytest
 
 from tests.integration.rawstomp import FrameTimeout
 
-pytestmark = pytest.mark.skipif(
-    bool(os.environ.get("STOMP_BRIDGE_TEST_AMQP_URL")) or shutil.which("rabbitmqctl") is None,
-    reason="raises a memory alarm with rabbitmqctl on the local broker",
-)
+from tests.brokers import rabbitmqctl
+
+pytestmark = pytest.mark.rabbitmqctl  # raises a memory alarm on the local broker
 
 
 def _watermark(value: str) -> None:
-    subprocess.run(["rabbitmqctl", "-q", "set_vm_memory_high_watermark", value], check=True,
-                   capture_output=True, timeout=60)
+    rabbitmqctl("-q", "set_vm_memory_high_watermark", value)
 
 
 @pytest.mark.xfail(

@@ -205,15 +205,11 @@ def test_an_exclusive_queue_ends_with_its_session_while_the_connection_lives_on(
 def _unacked_by_user(user: str) -> int:
     """RabbitMQ's live count (not the management API's sampled one) of the user's unacked deliveries."""
     import json
-    import shutil
-    import subprocess
 
-    done = subprocess.run(
-        [shutil.which("rabbitmqctl") or "rabbitmqctl", "list_channels", "-q", "--formatter", "json",
-         "user", "messages_unacknowledged"],
-        capture_output=True, text=True, timeout=60, check=True,
-    )
-    return sum(row["messages_unacknowledged"] for row in json.loads(done.stdout or "[]") if row["user"] == user)
+    from tests.brokers import rabbitmqctl
+
+    out = rabbitmqctl("list_channels", "-q", "--formatter", "json", "user", "messages_unacknowledged")
+    return sum(row["messages_unacknowledged"] for row in json.loads(out or "[]") if row["user"] == user)
 
 
 def test_ack_auto_deliveries_are_acknowledged_while_the_client_is_quiet(bridge, dial, user, queues, unique):
