@@ -54,6 +54,7 @@ from .amqp_codec import encode_ack, encode_nack, encode_publish
 from .amqp_pool import AmqpPool, SharedConnection
 from .amqp_reader import ChannelHooks, DeliveryHook, Hooks, current_hooks, install
 from .endpoints import Endpoints
+from .protocol.dialect import Dialect, version_tuple
 from .protocol.errors import AccessRefused, BrokerError, ProtocolError, StompError
 
 log = logging.getLogger(__name__)
@@ -116,16 +117,6 @@ def _vhost_url(base_url: str, login: str, passcode: str, vhost: str) -> str:
         netloc += f":{parts.port}"
     path = "/" + urllib.parse.quote(vhost, safe="")
     return urllib.parse.urlunsplit((parts.scheme, netloc, path, parts.query, ""))
-
-
-def version_tuple(text: str) -> tuple[int, ...]:
-    out = []
-    for part in text.split("."):
-        digits = "".join(ch for ch in part if ch.isdigit())
-        if not digits:
-            break
-        out.append(int(digits))
-    return tuple(out)
 
 
 _PROPERTY_FIELDS = frozenset(spec.Basic.Properties.__slots__)
@@ -220,13 +211,13 @@ async def _connect(
     except amqp_exc.AuthenticationError as exc:  # the broker does not offer the mechanism
         raise AccessRefused(
             "Bad CONNECT",
-            f"Access refused for user '{login}'\n",
+            f"Access refused for user '{login}'",
             private=f"RabbitMQ does not offer this login mechanism ({exc}); for EXTERNAL enable "
             "rabbitmq_auth_mechanism_ssl and add 'EXTERNAL' to auth_mechanisms",
         ) from exc
     except amqp_exc.ProbableAuthenticationError as exc:
         raise AccessRefused(
-            "Bad CONNECT", f"Access refused for user '{login}'\n", private=str(exc)
+            "Bad CONNECT", f"Access refused for user '{login}'", private=str(exc)
         ) from exc
     except (amqp_exc.InvalidFrameError, amqp_exc.ConnectionNotAllowed) as exc:
         # RabbitMQ answers connection.open on an unknown or forbidden vhost
@@ -247,7 +238,7 @@ class AmqpSession:
     """The channel that serves one STOMP connection, on a shared AMQP connection."""
 
     __slots__ = (
-        "pool", "shared", "connection", "channel", "broker_version_text", "broker_version",
+        "pool", "shared", "connection", "channel", "broker_version_text", "broker_version", "dialect",
         "publish_seq", "_batch", "_channel_number", "_frame_max", "on_delivery", "on_confirm",
         "on_closed", "on_cancelled", "on_batch_end", "_hooks", "_closing", "_prefetch",
         "_auto_tags", "_auto_pending", "_individual", "_auto_window", "_gate", "_gate_open",
@@ -265,6 +256,7 @@ class AmqpSession:
         version = connection.server_properties.get("version", "0")
         self.broker_version_text = version.decode() if isinstance(version, bytes) else str(version)
         self.broker_version = version_tuple(self.broker_version_text)
+        self.dialect = Dialect(self.broker_version)  # the plugin rules of this broker's version
         self.publish_seq = 0  # the broker numbers confirms from 1 on this channel
         self._batch: list[bytes] = []
         self._channel_number = channel.number

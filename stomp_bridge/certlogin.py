@@ -191,7 +191,7 @@ class CertLogin:
         if found is None:
             raise AccessRefused(
                 "Bad CONNECT",
-                f"Access refused for user '{name}'\n",
+                f"Access refused for user '{name}'",
                 private="no entry for this certificate in tls_amqp_credentials_file",
             )
         return AmqpLogin(found[0], found[1], None)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from .protocol import destinations as dest
 from .protocol import features
 from .protocol import headers as hdr
-from .protocol.errors import AccessRefused, BrokerError, ProtocolError, StompError
+from .protocol.errors import AccessRefused, FrameRejected
 from .protocol.frames import Frame
 from .protocol.selectors import compile_selector
 
@@ -59,13 +59,6 @@ def falls_back(settings: Settings, vhost: str, error: AccessRefused) -> bool:
         and vhost not in settings.host_vhosts.values()
         and error.detail.startswith("Virtual host")
     )
-
-
-def survivable(command: str, error: StompError) -> bool:
-    """With ``nonfatal_errors``, a SEND or SUBSCRIBE the bridge itself refused (bad destination,
-    header or selector) gets an ERROR and the connection stays. RabbitMQ's own refusals close
-    the AMQP channel, which the connection's every subscription shares, so they still end it."""
-    return command in ("SEND", "SUBSCRIBE") and not isinstance(error, (BrokerError, AccessRefused))
 
 
 # -- SEND ------------------------------------------------------------------------------------
@@ -155,8 +148,10 @@ def delivery_filter(
             if offset is not None:
                 out[seq_name] = offset
         if redeliveries and out["redelivered"] == "true":
-            # quorum queues count deliveries; a classic queue only says "at least once before"
-            out[redeliveries] = out.get("x-delivery-count", "1")
+            # Quorum queues count earlier deliveries: x-acquired-count on 4.3 (whose
+            # x-delivery-count counts only failed ones), x-delivery-count before; a classic
+            # queue only says "at least once before".
+            out[redeliveries] = out.get("x-acquired-count") or out.get("x-delivery-count", "1")
         return match is None or match(out)
 
     return annotate
@@ -249,7 +244,7 @@ async def browse(session: Session, frame: Frame, tag: str, destination: dest.Des
     """
     headers = frame.headers
     if headers.get("browser-end") == "false":
-        raise ProtocolError(
+        raise FrameRejected(
             "Unsupported browser-end",
             "browser-end:false asks to keep browsing new messages, which a RabbitMQ queue "
             "cannot do without consuming them. Use a stream and an ordinary subscription "
@@ -281,7 +276,7 @@ async def browse(session: Session, frame: Frame, tag: str, destination: dest.Des
         for delivery_tag in taken:
             amqp.nack(delivery_tag, False, True)
         await session.flush()
-    end = {"subscription": tag[2:]} if tag.startswith(hdr.INTERNAL_TAG_PREFIX) else {}
+    end = {"subscription": hdr.subscription_id(tag)} if tag.startswith(hdr.INTERNAL_TAG_PREFIX) else {}
     end["destination"] = destination.header
     end["message-id"] = f"{tag}@@{session.session_id}@@browse-end"
     end["browser"] = "end"

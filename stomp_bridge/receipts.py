@@ -24,7 +24,8 @@ class ReceiptLedger:
         self._unconfirmed: dict[int, float] = {}  # sequence number -> when published
         self._low = 1  # no number below this is unconfirmed
         self._high = 0  # the last number published
-        self._held: deque[tuple[int, str, bytes]] = deque()  # (last publish it covers, id, frame)
+        # (last publish it covers, id, frame, what to run once the frame is written)
+        self._held: deque[tuple[int, str, bytes, Callable[[], None] | None]] = deque()
         self._on_empty: list[Callable[[], None]] = []
 
     @property
@@ -36,12 +37,20 @@ class ReceiptLedger:
         self._unconfirmed[seq] = monotonic()
         self._high = seq
 
-    def receipt(self, receipt_id: str, frame: bytes, last_seq: int) -> None:
-        """Send ``frame`` now if nothing is unconfirmed, else once ``last_seq`` and all before are."""
+    def receipt(
+        self, receipt_id: str, frame: bytes, last_seq: int, then: Callable[[], None] | None = None
+    ) -> None:
+        """Send ``frame`` now if nothing is unconfirmed, else once ``last_seq`` and all before are.
+
+        ``then`` runs right after the frame is written (a SUBSCRIBE's first MESSAGEs follow its
+        RECEIPT); never if the session ends first.
+        """
         if not self._unconfirmed and not self._held:
             self._write(frame)
+            if then is not None:
+                then()
         else:
-            self._held.append((last_seq, receipt_id, frame))
+            self._held.append((last_seq, receipt_id, frame, then))
 
     def confirmed(self, tag: int, multiple: bool) -> None:
         unconfirmed, observe = self._unconfirmed, self._observe
@@ -63,13 +72,16 @@ class ReceiptLedger:
         lowest = low if unconfirmed else None
         held = self._held
         while held and (lowest is None or held[0][0] < lowest):
-            self._write(held.popleft()[2])
+            _, _, frame, then = held.popleft()
+            self._write(frame)
+            if then is not None:
+                then()
         if not held:
             self.release_waiters()
 
     def receipt_covering(self, tag: int) -> str | None:
         """The id of the first held RECEIPT that waits on publish ``tag`` (to name it in an ERROR)."""
-        return next((rid for seq, rid, _ in self._held if seq >= tag), None)
+        return next((rid for seq, rid, _, _ in self._held if seq >= tag), None)
 
     def when_empty(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` once no RECEIPT is held (at once if none is)."""

@@ -28,7 +28,7 @@ from .endpoints import Endpoints
 from .http import OpsServer
 from .logs import log_frame
 from .metrics import Counters, Metrics
-from .protocol.frames import Frame, serialize
+from .protocol.frames import END, END_LF, Frame, serialize
 from .protocol.proxy import ProxyHeaderParser, ProxyInfo, ProxyProtocolError
 from .certlogin import CertLogin, ConnectSecurity, amqp_client_context
 from .session import Session
@@ -563,10 +563,10 @@ class BridgeServer:
                 else:
                     self._per_ip.pop(ip, None)
 
-    @staticmethod
-    def _refuse(link: Link, message: str, detail: str) -> None:
+    def _refuse(self, link: Link, message: str, detail: str) -> None:
         headers = {"message": message, "content-type": "text/plain"}
-        link.send([serialize(Frame("ERROR", headers, detail.encode()), "1.2")])
+        end = END_LF if self.settings.trailing_lf else END
+        link.send([serialize(Frame("ERROR", headers, detail.encode()), "1.2", end)])
         link.close()
 
     @property

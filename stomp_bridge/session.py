@@ -36,8 +36,10 @@ from .protocol.connect import (
 )
 from .protocol import features
 from .protocol import headers as hdr
-from .protocol.errors import AccessRefused, BrokerError, InvalidDestination, ProtocolError, StompError
-from .protocol.frames import Frame, receipt_frame, serialize
+from .protocol.errors import (
+    AccessRefused, BrokerError, FrameRejected, InvalidDestination, ProtocolError, StompError, tp,
+)
+from .protocol.frames import END, END_LF, Frame, receipt_frame, serialize
 from .protocol.parser import FrameParser, Limits
 
 if TYPE_CHECKING:
@@ -60,6 +62,9 @@ class Subscription:
     filter: Callable[[dict[str, str]], bool] | None = None
     extra_tags: tuple[str, ...] = ()  # more consumers of a composite SUBSCRIBE
     consuming: bool = True  # False for a finished classic-queue browse
+    # MESSAGEs that arrived before the SUBSCRIBE's RECEIPT went out (None: none held); the
+    # plugin answers SUBSCRIBE before it handles any delivery, and clients wait for the RECEIPT.
+    held: list[bytes] | None = None
 
 
 class Session:
@@ -94,6 +99,7 @@ class Session:
         # CONNECT's login and passcode headers are then ignored, as the plugin's force_default_creds.
         self._credentials = credentials
         self._debug = log.isEnabledFor(logging.DEBUG)
+        self._eol = END_LF if settings.trailing_lf else END  # what ends every frame we send
         # TLS: the verified client certificate, what the listener does with it, and the
         # Swaptacular per-peer rules once CONNECT has bound them (None: no checks).
         self.peer_cert = peer_cert
@@ -130,31 +136,36 @@ class Session:
     # -- entry points used by the transport --------------------------------------
 
     async def handle(self, frame: Frame) -> None:
+        """Run one client frame. A fatal :class:`StompError` propagates (the transport ends the
+        connection through :meth:`fail`); a non-fatal one is answered with its ERROR here and the
+        connection carries on, as under the plugin (unless ``close_on_error``)."""
         if self.closed:
             return
+        try:
+            await self._dispatch(frame)
+        except StompError as exc:
+            if exc.receipt_id is None:
+                exc.receipt_id = frame.headers.get("receipt")
+            if exc.fatal or self.settings.close_on_error:
+                raise
+            self.fail(exc, close=False)
+
+    async def _dispatch(self, frame: Frame) -> None:
         command = frame.command
         if self.amqp is None:
             if command in ("CONNECT", "STOMP"):
                 await self._on_connect(frame, implicit=False)
                 return
             if not self.settings.implicit_connect:
-                raise ProtocolError("Illegal command", "You must log in using CONNECT first")
+                raise FrameRejected("Illegal command", "You must log in using CONNECT first")
             await self._on_connect(Frame("CONNECT", {}), implicit=True)
         if self.version == "1.0":
             # rabbit_stomp_util:trim_headers: 1.0 header values lose leading blanks.
             frame.headers = {k: v.lstrip() for k, v in frame.headers.items()}
         handler = _HANDLERS.get(command)
         if handler is None:
-            raise ProtocolError("Bad command", f'Could not interpret command "{command}"\n')
-        try:
-            await handler(self, frame)
-        except StompError as exc:
-            if exc.receipt_id is None:
-                exc.receipt_id = frame.headers.get("receipt")
-            if self.settings.nonfatal_errors and ext.survivable(command, exc):
-                self.fail(exc, close=False)
-                return
-            raise
+            raise FrameRejected("Bad command", f"Could not interpret command {tp(command)}\n")
+        await handler(self, frame)
 
     async def flush(self) -> None:
         """Called by the transport after each chunk of client bytes is handled."""
@@ -165,8 +176,8 @@ class Session:
                 raise broker_error(exc) from exc
 
     def fail(self, error: StompError, *, close: bool = True) -> None:
-        """The one place an error becomes an ERROR frame; the connection then ends (unless
-        ``close=False``: the opt-in non-fatal SEND/SUBSCRIBE errors)."""
+        """The one place an error becomes an ERROR frame; the connection then ends unless
+        ``close=False`` (the plugin's non-fatal errors, see :mod:`.protocol.errors`)."""
         if self.closed:
             return
         headers = {
@@ -342,7 +353,7 @@ class Session:
         connected = Frame("CONNECTED", out)
         if self._debug:
             log_frame(log, "out", self.peer_name, "CONNECTED", out, b"")
-        self._write(serialize(connected, version))
+        self._write(serialize(connected, version, self._eol))
 
     def _on_amqp_closed(self, error: StompError) -> None:
         if not self.closed:
@@ -389,6 +400,7 @@ class Session:
             headers,
             self.settings.default_topic_exchange,
             declare=destination.name not in self.declared_queues,
+            dialect=amqp.dialect,
         )
         if target.declare is not None:
             await self._declare(target.declare)
@@ -407,7 +419,7 @@ class Session:
         try:
             seq = amqp.publish(target.exchange, target.routing_key, props, frame.body)
         except ValueError as exc:  # a value AMQP cannot carry, e.g. a 300-byte routing key
-            raise ProtocolError("Invalid header", f"{exc}\n") from None
+            raise FrameRejected("Invalid header", f"{exc}\n") from None
         self.ledger.published(seq)
         self.counters.messages_published += 1
         if "retain" in headers and self.settings.retained_messages and destination.kind == dest.TOPIC:
@@ -466,11 +478,10 @@ class Session:
                 f"A connection may hold at most {self.settings.max_subscriptions} subscriptions",
             )
         mode, multiple = hdr.ack_mode(headers)
-        prefetch = _int_header(headers, "prefetch-count", 0)
-        if prefetch > 65535:  # basic.qos carries a 16-bit count
-            raise ProtocolError("Invalid header", "'prefetch-count' must be at most 65535")
+        # basic.qos carries 16 bits; the plugin's direct connection takes more, so the nearest.
+        prefetch = min(hdr.prefetch_count(headers), 65535)
         amqp = self._amqp()
-        arguments = hdr.consume_arguments(headers, amqp.broker_version)
+        arguments = hdr.consume_arguments(headers)
         if headers.get("browser") == "true":
             await ext.browse(self, frame, tag, destination)
             self._maybe_receipt(frame)
@@ -489,6 +500,9 @@ class Session:
             await ext.copy_retained(self, queue, plan.binding)
         await amqp.qos(prefetch)
         sub = Subscription(tag, destination, queue, ack=mode != "auto", multiple=multiple, filter=hook)
+        receipt = frame.headers.get("receipt")
+        if receipt is not None:
+            sub.held = []
         self.subscriptions[tag] = sub
         try:
             await amqp.consume(queue, tag, no_ack=mode == "auto", arguments=arguments)
@@ -497,7 +511,13 @@ class Session:
         except BaseException:
             self.subscriptions.pop(tag, None)
             raise
-        self._maybe_receipt(frame)
+        if receipt is not None:
+            self._queue_receipt(receipt, then=lambda: self._release_held(sub))
+
+    def _release_held(self, sub: Subscription) -> None:
+        held, sub.held = sub.held, None
+        if held and not self.closed:
+            self._write(b"".join(held))
 
     def _subscribe_plan(self, destination: dest.Destination, headers: dict[str, str]) -> dest.SubscribePlan:
         plan = dest.subscribe_plan(
@@ -505,6 +525,7 @@ class Session:
             headers,
             self.settings.default_topic_exchange,
             declare=destination.name not in self.declared_queues,
+            dialect=self._amqp().dialect,
         )
         return ext.adjust_plan(self, plan, destination, headers)
 
@@ -517,10 +538,10 @@ class Session:
             if sub is None and await ext.delete_durable_subscription(self, headers):
                 self._maybe_receipt(frame)  # Artemis: a durable subscription is deleted by name
                 return
-            raise ProtocolError(
+            raise FrameRejected(
                 "No subscription found",
                 "UNSUBSCRIBE must refer to an existing subscription.\n"
-                f"Subscription to {tag[2:]!r} not found.\n",
+                f"Subscription to {tp(hdr.describe_subscription(tag))} not found.\n",
             )
         amqp = self._amqp()
         if sub.consuming:
@@ -535,7 +556,8 @@ class Session:
         self._maybe_receipt(frame)
 
     def _on_server_cancel(self, consumer_tag: str) -> None:
-        """RabbitMQ cancelled a consumer (its queue was deleted): the plugin's ERROR, then close."""
+        """RabbitMQ cancelled a consumer (its queue was deleted): the plugin's ERROR; the
+        connection and its other subscriptions carry on."""
         sub = self.subscriptions.pop(consumer_tag, None)
         if sub is None:
             return
@@ -543,9 +565,10 @@ class Session:
             BrokerError(
                 "Server cancelled subscription",
                 "The server has canceled a subscription.\n"
-                f"No more messages will be delivered for {sub.queue!r}.\n",
-                headers={"subscription": consumer_tag[2:]},
-            )
+                f"No more messages will be delivered for {tp(hdr.describe_subscription(consumer_tag))}.\n",
+                headers={"subscription": hdr.subscription_id(consumer_tag)},
+            ),
+            close=self.settings.close_on_error,
         )
 
     # -- deliveries ---------------------------------------------------------------
@@ -574,6 +597,9 @@ class Session:
             self.unacked[delivery_tag] = sub
         self.counters.messages_delivered += 1
         self.counters.frames_out["MESSAGE"] += 1
+        if sub.held is not None:
+            sub.held.append(self._encode(Frame("MESSAGE", headers, body)))
+            return
         self._write(self._encode(Frame("MESSAGE", headers, body)))
 
     # -- ACK / NACK ---------------------------------------------------------------
@@ -592,12 +618,12 @@ class Session:
         header = hdr.ack_header_name(self.version)
         value = frame.headers.get(header)
         if value is None:
-            raise ProtocolError("Missing header", f'"{command}" must include the "{header}" header\n')
+            raise FrameRejected("Missing header", f'"{command}" must include the "{header}" header\n')
         consumer_tag, session_id, delivery_tag = hdr.parse_message_id(value, command, header)
         if session_id != self.session_id:
-            raise ProtocolError("Invalid header", f'"{command}" must include a valid "{header}" header\n')
+            raise FrameRejected("Invalid header", f'"{command}" must include a valid "{header}" header\n')
         if consumer_tag not in self.subscriptions:
-            raise ProtocolError("Subscription not found", f'Message with id "{value}" has no subscription')
+            raise FrameRejected("Subscription not found", f"Message with id {tp(value)} has no subscription")
         sub = self.unacked.get(delivery_tag)
         if sub is None or sub.consumer_tag != consumer_tag:
             # What RabbitMQ answers to an ack for a tag it never delivered.
@@ -632,7 +658,7 @@ class Session:
             return False
         actions = self._transaction(tx)
         if len(actions) >= self.settings.max_transaction_actions:
-            raise ProtocolError(
+            raise FrameRejected(
                 "Transaction too large",
                 f"Too many actions in transaction (limit {self.settings.max_transaction_actions})",
             )
@@ -642,24 +668,23 @@ class Session:
     def _transaction(self, tx: str) -> list[Frame]:
         actions = self.transactions.get(tx)
         if actions is None:
-            raise ProtocolError("Bad transaction", f'Invalid transaction identifier: "{tx}"\n')
+            raise FrameRejected("Bad transaction", f"Invalid transaction identifier: {tp(tx)}\n")
         return actions
 
     @staticmethod
     def _transaction_id(frame: Frame, command: str) -> str:
         tx = frame.headers.get("transaction")
         if tx is None:
-            raise ProtocolError(
+            raise FrameRejected(
                 "Missing transaction", f"\"{command}\" must include a 'transaction' header\n"
             )
         return tx
 
     async def _on_begin(self, frame: Frame) -> None:
         tx = self._transaction_id(frame, "BEGIN")
-        if tx in self.transactions:
-            raise ProtocolError("Bad transaction", f"Transaction {tx!r} has already begun\n")
-        if len(self.transactions) >= self.settings.max_transactions:
-            raise ProtocolError(
+        # The plugin's BEGIN of an open transaction starts it again, empty.
+        if tx not in self.transactions and len(self.transactions) >= self.settings.max_transactions:
+            raise FrameRejected(
                 "Transaction limit exceeded",
                 f"Too many concurrent transactions (limit {self.settings.max_transactions})",
             )
@@ -667,15 +692,24 @@ class Session:
         self._maybe_receipt(frame)
 
     async def _on_commit(self, frame: Frame) -> None:
+        """Run the held frames in order. As in the plugin, one that fails (a bad destination,
+        say) gets its ERROR and the others still run; a fatal error ends it all."""
         tx = self._transaction_id(frame, "COMMIT")
         actions = self._transaction(tx)
         del self.transactions[tx]
         for action in actions:
-            if action.command == "SEND":
-                await self._send(action)
-                self._maybe_receipt(action)
-            else:
-                self._settle(action, action.command)
+            try:
+                if action.command == "SEND":
+                    await self._send(action)
+                    self._maybe_receipt(action)
+                else:
+                    self._settle(action, action.command)
+            except StompError as exc:
+                if exc.receipt_id is None:
+                    exc.receipt_id = action.headers.get("receipt")
+                if exc.fatal or self.settings.close_on_error:
+                    raise
+                self.fail(exc, close=False)
         self._maybe_receipt(frame)
 
     async def _on_abort(self, frame: Frame) -> None:
@@ -691,12 +725,12 @@ class Session:
         if receipt is not None:
             self._queue_receipt(receipt)
 
-    def _queue_receipt(self, receipt: str) -> None:
-        data = None if self._debug else receipt_frame(receipt)
+    def _queue_receipt(self, receipt: str, then: Callable[[], None] | None = None) -> None:
+        data = None if self._debug else receipt_frame(receipt, self._eol)
         if data is None:
             data = self._encode(Frame("RECEIPT", {"receipt-id": receipt}))
         self.counters.frames_out["RECEIPT"] += 1
-        self.ledger.receipt(receipt, data, self.amqp.publish_seq if self.amqp is not None else 0)
+        self.ledger.receipt(receipt, data, self.amqp.publish_seq if self.amqp is not None else 0, then)
 
     def _on_confirm(self, tag: int, multiple: bool, nack: bool) -> None:
         if not nack:
@@ -722,7 +756,7 @@ class Session:
     def _destination(self, frame: Frame) -> dest.Destination:
         value = frame.headers.get("destination")
         if value is None:
-            raise ProtocolError(
+            raise FrameRejected(
                 "Missing destination", f"\"{frame.command}\" must include a 'destination' header\n"
             )
         return dest.parse_destination(value)
@@ -733,22 +767,9 @@ class Session:
             log_frame(log, "out", self.peer_name, frame.command, frame.headers, frame.body)
         version = self.version
         try:
-            return serialize(frame, "1.2" if version == "1.0" else version)
+            return serialize(frame, "1.2" if version == "1.0" else version, self._eol)
         except ValueError:  # a raw CR that 1.1 cannot escape
-            return serialize(frame, "1.2")
-
-
-def _int_header(headers: dict[str, str], name: str, default: int) -> int:
-    value = headers.get(name)
-    if value is None:
-        return default
-    try:
-        number = int(value)
-    except ValueError:
-        raise ProtocolError("Invalid header", f"'{name}' must be an integer, not {value!r}") from None
-    if number < 0:
-        raise ProtocolError("Invalid header", f"'{name}' must not be negative")
-    return number
+            return serialize(frame, "1.2", self._eol)
 
 
 _HANDLERS: dict[str, Callable[[Session, Frame], Any]] = {

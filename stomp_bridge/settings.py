@@ -58,10 +58,16 @@ class Settings(BaseSettings):
         description="A `host` that is not in host_vhosts and that RabbitMQ refuses as a vhost logs "
         "in to default_vhost instead of failing (off: the plugin's behaviour).",
     )
-    nonfatal_errors: bool = Field(
+    close_on_error: bool = Field(
         False,
-        description="A SEND or SUBSCRIBE the bridge refuses (bad destination, header or selector) gets "
-        "an ERROR but the connection stays open (off: every ERROR closes, as STOMP requires).",
+        description="Close the connection after every ERROR, as STOMP 1.2 says a server MUST (off: "
+        "the plugin's choice, error by error: a bad destination, header, transaction or "
+        "subscription id, or an unknown command gets an ERROR and the connection stays).",
+    )
+    trailing_lf: bool = Field(
+        True,
+        description="End every frame with NUL and a newline, as the plugin's `trailing_lf` (clients "
+        "read the newline as a heart-beat; PHP's stomp extension needs it). Off: NUL only.",
     )
     retained_messages: bool = Field(
         False,
@@ -78,7 +84,8 @@ class Settings(BaseSettings):
     redeliveries_header: str | None = Field(
         None,
         description="Apollo's add_redeliveries_header: redelivered MESSAGEs carry this header with "
-        "the delivery count (quorum queues' x-delivery-count; 1 where RabbitMQ keeps no count).",
+        "the delivery count (quorum queues' x-acquired-count, or x-delivery-count before RabbitMQ 4.3; "
+        "1 where RabbitMQ keeps no count).",
     )
     apollo_exclusive: bool = Field(
         False,

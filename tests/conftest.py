@@ -153,6 +153,17 @@ class RabbitAPI:
     def queue(self, name: str, vhost: str = "/") -> dict | None:
         return self.request("GET", f"/queues/{self.q(vhost)}/{self.q(name)}")
 
+    def arguments(self, name: str, vhost: str = "/") -> dict | None:
+        """A queue's arguments as declared: RabbitMQ 4.x records ``x-queue-type: classic`` on
+        every classic queue declared without one, 3.10 nothing; tests compare without it."""
+        q = self.queue(name, vhost)
+        if q is None:
+            return None
+        args = dict(q["arguments"])
+        if args.get("x-queue-type") == "classic":
+            del args["x-queue-type"]
+        return args
+
     def queues(self, vhost: str = "/") -> list[dict]:
         return self.request("GET", f"/queues/{self.q(vhost)}") or []
 

@@ -23,7 +23,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from .errors import InvalidDestination, ProtocolError
+from .dialect import NEWEST, Dialect
+from .errors import FrameRejected, InvalidDestination
 
 EXCHANGE = "exchange"
 QUEUE = "queue"
@@ -55,14 +56,14 @@ DEFAULT_TOPIC_EXCHANGE = "amq.topic"
 SUBSCRIPTION_QUEUE_PREFIX = "stomp-subscription"
 
 
-def processing_error(private: str = "") -> ProtocolError:
+def processing_error(private: str = "") -> FrameRejected:
     """What the plugin sends when its processor crashes on a bad value (a badarg or badmatch):
     ERROR ``message:Processing error``, body ``Processing error``."""
-    return ProtocolError("Processing error", "Processing error", private=private)
+    return FrameRejected("Processing error", "Processing error", private=private)
 
 
-def _queue_arguments(headers: Mapping[str, str], compat_3_10: bool) -> dict[str, Any]:
-    return _headers.queue_arguments(headers, compat_3_10=compat_3_10)
+def _queue_arguments(headers: Mapping[str, str], dialect: Dialect) -> dict[str, Any]:
+    return _headers.queue_arguments(headers, dialect.queue_argument_names)
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,29 +335,29 @@ def queue_declare(
     queue: str,
     headers: Mapping[str, str],
     arguments: dict[str, Any],
-    *,
-    compat_3_10: bool = False,
-    default_queue_type: str = "classic",
+    dialect: Dialect = NEWEST,
 ) -> QueueDeclare:
     """durable/auto_delete/exclusive for a queue behind ``kind``, from headers over per-kind defaults.
 
     Defaults (``rabbit_stomp_util:default_params/1``): ``/queue`` durable;
-    ``/topic`` non-exclusive auto-delete; ``/exchange`` exclusive auto-delete
-    (3.10: non-exclusive, verified). Then ``queue_declare_method/3``: durable ->
-    durable; not durable -> auto-delete and exclusive; explicit ``exclusive`` /
-    ``auto-delete`` headers override. A durable/persistent value other than
-    true/false crashes the plugin ("Processing error"); an unreadable
-    ``auto-delete``/``exclusive`` still replaces the kind's default, so the
-    durable-derived value stays (verified: ``/topic`` + ``exclusive:yes`` is
-    exclusive). In 4.x a quorum queue or stream is always durable and
-    non-exclusive.
+    ``/topic`` auto-delete (and, before 4.2, non-exclusive); ``/exchange``
+    exclusive auto-delete (3.10: non-exclusive, verified). Then
+    ``queue_declare_method/3``: durable -> durable; not durable -> auto-delete and
+    exclusive; explicit ``exclusive`` / ``auto-delete`` headers override. A
+    durable/persistent value other than true/false crashes the plugin
+    ("Processing error"); an unreadable ``auto-delete``/``exclusive`` still
+    replaces the kind's default, so the durable-derived value stays (verified:
+    ``/topic`` + ``exclusive:yes`` is exclusive). In 4.x a quorum queue or stream is
+    always durable and non-exclusive. ``dialect``: the connected broker's rules.
     """
     if kind == QUEUE:
         params: dict[str, bool | None] = {"durable": True}
     elif kind == EXCHANGE:
-        params = {"exclusive": not compat_3_10, "auto_delete": True}
+        params = {"exclusive": dialect.exchange_queues_exclusive, "auto_delete": True}
     elif kind == TOPIC:
-        params = {"exclusive": False, "auto_delete": True}
+        params = {"auto_delete": True}
+        if not dialect.topic_queues_exclusive:
+            params["exclusive"] = False
     else:
         params = {"durable": False}
     for name, value in headers.items():  # the later of durable/persistent wins
@@ -374,7 +375,7 @@ def queue_declare(
         exclusive = bool(params["exclusive"])
     if params.get("auto_delete") is not None:
         auto_delete = bool(params["auto_delete"])
-    if not compat_3_10 and arguments.get("x-queue-type", default_queue_type) in ("quorum", "stream"):
+    if dialect.replicated_queues_durable and arguments.get("x-queue-type") in ("quorum", "stream"):
         durable, exclusive = True, False
     return QueueDeclare(queue, durable, auto_delete, exclusive, arguments, once_per_session=kind == QUEUE)
 
@@ -395,8 +396,7 @@ def send_target(
     default_topic_exchange: str = DEFAULT_TOPIC_EXCHANGE,
     *,
     declare: bool = True,
-    compat_3_10: bool = False,
-    default_queue_type: str = "classic",
+    dialect: Dialect = NEWEST,
 ) -> SendTarget:
     """Where a SEND goes, and the queue to declare first (``/queue`` only).
 
@@ -407,14 +407,12 @@ def send_target(
     ``/topic``, ``/exchange``, ``/amq/queue`` and ``/reply-queue`` never declare.
     """
     _check_blank(dest)
-    arguments = _queue_arguments(headers, compat_3_10)
+    arguments = _queue_arguments(headers, dialect)
     if dest.kind == TEMP_QUEUE:
         raise _not_for(dest, "SEND")
     plan = None
     if dest.kind == QUEUE and declare:
-        plan = queue_declare(
-            QUEUE, dest.name, headers, arguments, compat_3_10=compat_3_10, default_queue_type=default_queue_type
-        )
+        plan = queue_declare(QUEUE, dest.name, headers, arguments, dialect)
     exchange, routing_key = dest.routing(default_topic_exchange)
     return SendTarget(exchange, routing_key, plan)
 
@@ -425,8 +423,7 @@ def subscribe_plan(
     default_topic_exchange: str = DEFAULT_TOPIC_EXCHANGE,
     *,
     declare: bool = True,
-    compat_3_10: bool = False,
-    default_queue_type: str = "classic",
+    dialect: Dialect = NEWEST,
     random: bytes | None = None,
 ) -> SubscribePlan:
     """What a SUBSCRIBE to ``dest`` does on the AMQP side.
@@ -442,12 +439,12 @@ def subscribe_plan(
     refused. ``random`` (16 bytes) makes transient names deterministic in tests.
     """
     _check_blank(dest)
-    arguments = _queue_arguments(headers, compat_3_10)
+    arguments = _queue_arguments(headers, dialect)
     kind = dest.kind
     if kind == TEMP_QUEUE:
         raise _not_for(dest, "SUBSCRIBE")
     if kind in (TOPIC, EXCHANGE):
-        decl = queue_declare(kind, "", headers, arguments, compat_3_10=compat_3_10, default_queue_type=default_queue_type)
+        decl = queue_declare(kind, "", headers, arguments, dialect)
         routing_name = dest.name if kind == TOPIC else dest.pattern or ""
         if has_durable_header(headers):
             sub_id: str | bytes | None = headers.get("id")
@@ -461,7 +458,7 @@ def subscribe_plan(
         return SubscribePlan(name, decl, (exchange, key), delete_on_failure=True)
     plan = None
     if kind == QUEUE and declare:
-        plan = queue_declare(QUEUE, dest.name, headers, arguments, compat_3_10=compat_3_10, default_queue_type=default_queue_type)
+        plan = queue_declare(QUEUE, dest.name, headers, arguments, dialect)
     return SubscribePlan(dest.name, plan, None, delete_on_failure=False)
 
 
@@ -469,7 +466,7 @@ def require_durable_id(headers: Mapping[str, str]) -> None:
     """SUBSCRIBE/UNSUBSCRIBE check the plugin runs first: ``durable:true`` or ``persistent:true``
     (exactly lower-case ``true``) needs an ``id``."""
     if "id" not in headers and (headers.get("durable") == "true" or headers.get("persistent") == "true"):
-        raise ProtocolError("Missing Header", "Header 'id' is required for durable subscriptions")
+        raise FrameRejected("Missing Header", "Header 'id' is required for durable subscriptions")
 
 
 def durable_queue_to_delete(subscribed: Destination, unsubscribe_headers: Mapping[str, str]) -> str | None:

@@ -1,22 +1,30 @@
 """Typed protocol failures.
 
-Everything that should end a STOMP connection with an ERROR frame is raised as a
+Everything that should answer a frame with an ERROR is raised as a
 :class:`StompError` and turned into the frame in exactly one place (the session).
 Like the RabbitMQ plugin, an error carries a short ``message`` for the ERROR
 frame's ``message`` header, a ``detail`` for its body, and an optional
 ``private`` string that only goes to the log (never to the client).
+
+Whether the connection survives its ERROR is the plugin's choice, error by
+error, and clients rely on it: ``fatal`` errors close it (a failed login, a
+malformed frame, anything RabbitMQ refused on the channel), the others (its
+``error/3``: a bad destination, header or transaction id, an unknown command or
+subscription) leave it open. The ``close_on_error`` setting closes after every
+ERROR instead, as STOMP 1.2 says a server MUST.
 """
 
 from __future__ import annotations
 
 
 class StompError(Exception):
-    """A failure reported to the client as one ERROR frame, after which the connection ends.
+    """A failure reported to the client as one ERROR frame.
 
-    The plugin keeps a connection open after some ERRORs; the bridge always
-    closes, as STOMP 1.2 requires (README, "Deliberate differences").
-    ``receipt_id`` is the ``receipt`` of the frame that failed, if any.
+    ``fatal`` (the class default, or per instance): the connection ends after the
+    ERROR. ``receipt_id`` is the ``receipt`` of the frame that failed, if any.
     """
+
+    fatal = True
 
     def __init__(
         self,
@@ -26,6 +34,7 @@ class StompError(Exception):
         private: str = "",
         receipt_id: str | None = None,
         headers: dict[str, str] | None = None,
+        fatal: bool | None = None,
     ) -> None:
         super().__init__(message if not detail else f"{message}: {detail}")
         self.message = message
@@ -33,10 +42,18 @@ class StompError(Exception):
         self.private = private
         self.receipt_id = receipt_id
         self.headers = headers  # extra ERROR headers, e.g. ``subscription``
+        if fatal is not None:
+            self.fatal = fatal
 
 
 class ProtocolError(StompError):
     """The bytes or headers the client sent break the STOMP grammar or rules."""
+
+
+class FrameRejected(ProtocolError):
+    """The plugin refuses this one frame and carries on (its ``error/3``): the connection stays."""
+
+    fatal = False
 
 
 class FrameTooLarge(ProtocolError):
@@ -44,7 +61,10 @@ class FrameTooLarge(ProtocolError):
 
 
 class InvalidDestination(StompError):
-    """A ``destination`` (or ``reply-to``) value the bridge cannot map to AMQP."""
+    """A ``destination`` (or ``reply-to``) value the bridge cannot map to AMQP (not fatal, as in
+    the plugin)."""
+
+    fatal = False
 
 
 class AccessRefused(StompError):
@@ -53,3 +73,9 @@ class AccessRefused(StompError):
 
 class BrokerError(StompError):
     """RabbitMQ closed a channel or connection; ``message`` quotes its reason."""
+
+
+def tp(text: str) -> str:
+    """``text`` as the plugin's ``~tp`` prints an Erlang string in its ERROR texts: in double
+    quotes, with ``\\`` and ``"`` escaped (``Could not interpret command "FOO"``)."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from . import destinations as dest
-from .errors import InvalidDestination, ProtocolError
+from .errors import FrameRejected, InvalidDestination
 
 # -- composite destinations (Apollo: "destination:/queue/a,/queue/b,/topic/c") ---------------
 
@@ -97,7 +97,7 @@ def durable_subscription_name(headers: Mapping[str, str]) -> str | None:
 
 def _require_client_id(client_id: str | None, name: str) -> str:
     if not client_id:
-        raise ProtocolError(
+        raise FrameRejected(
             "Missing client-id",
             f"The durable subscription {name!r} needs a client-id header on CONNECT: the queue "
             "behind it is named <client-id>.<subscription name>.\n",
@@ -140,7 +140,7 @@ def check_selector_destination(destination: dest.Destination) -> None:
     That is only safe on a queue the subscription owns; on a shared queue it would take messages
     that another consumer's selector (or no selector) wants."""
     if destination.kind not in PRIVATE_KINDS:
-        raise ProtocolError(
+        raise FrameRejected(
             "Selector not supported on shared queues",
             f"'{destination.header}' is a queue other consumers may share: the bridge applies "
             "selectors by dropping the messages that do not match, which would take them from "
@@ -160,7 +160,7 @@ def _millis(headers: Mapping[str, str], name: str) -> int | None:
         return None
     text = value.strip()
     if _INT(text) is None:
-        raise ProtocolError(
+        raise FrameRejected(
             "Invalid header", f"'{name}' must be a whole number of milliseconds, not {value!r}\n"
         )
     return int(text)
@@ -207,7 +207,7 @@ def exclusive_plan(plan: dest.SubscribePlan) -> dest.SubscribePlan:
 def browse_queue(destination: dest.Destination) -> str:
     """The queue a ``browser:true`` subscription reads (queues only: a topic has nothing stored)."""
     if destination.kind not in (dest.QUEUE, dest.AMQ_QUEUE):
-        raise ProtocolError(
+        raise FrameRejected(
             "Browsing needs a queue",
             f"'{destination.header}' is not a queue: only /queue/, /amq/queue/ and /dsub/ "
             "destinations hold messages to browse.\n",
@@ -226,7 +226,7 @@ def _integer_header(headers: Mapping[str, str], name: str) -> int:
     try:
         return int(value.strip())
     except ValueError:
-        raise ProtocolError("Invalid header", f"'{name}' must be an integer, not {value!r}\n") from None
+        raise FrameRejected("Invalid header", f"'{name}' must be an integer, not {value!r}\n") from None
 
 
 def translate_subscribe_headers(headers: dict[str, str]) -> dict[str, str]:
@@ -251,7 +251,7 @@ def translate_subscribe_headers(headers: dict[str, str]) -> dict[str, str]:
             count = headers["credit"].split(",", 1)[0]
             prefetch = _integer_header({"credit": count}, "credit")
             if prefetch < 0:
-                raise ProtocolError("Invalid header", "'credit' must not be negative\n")
+                raise FrameRejected("Invalid header", "'credit' must not be negative\n")
         else:
             for name in ("consumer-window-size", "activemq.prefetchSize"):
                 if name in headers:

@@ -70,16 +70,24 @@ def _escape(text: str, table: dict[int, str] | None, version: str) -> str:
     raise ValueError(f"header text {text[:60]!r} cannot be represented in a STOMP {version} frame")
 
 
-def receipt_frame(receipt_id: str) -> bytes | None:
-    """``serialize(Frame("RECEIPT", {"receipt-id": receipt_id}), v)`` for every version, when
-    the id needs no escaping (the usual case; None otherwise): one per receipted SEND."""
+# What ends a frame: NUL, and (the plugin's trailing_lf, on by default) an EOL after it,
+# which clients read as a heart-beat. PHP's stomp extension reads the byte after NUL as the
+# next frame's first when it is missing ("ESSAGE").
+END = b"\0"
+END_LF = b"\0\n"
+
+
+def receipt_frame(receipt_id: str, end: bytes = END) -> bytes | None:
+    """``serialize(Frame("RECEIPT", {"receipt-id": receipt_id}), v, end)`` for every version,
+    when the id needs no escaping (the usual case; None otherwise): one per receipted SEND."""
     if _SPECIAL(receipt_id) is not None:
         return None
-    return b"RECEIPT\nreceipt-id:" + receipt_id.encode() + b"\n\n\0"
+    return b"RECEIPT\nreceipt-id:" + receipt_id.encode() + b"\n\n" + end
 
 
-def serialize(frame: Frame, version: str = "1.2") -> bytes:
-    """Encode ``frame`` for a peer speaking ``version``.
+def serialize(frame: Frame, version: str = "1.2", end: bytes = END) -> bytes:
+    """Encode ``frame`` for a peer speaking ``version``, ended by ``end`` (:data:`END` or
+    :data:`END_LF`).
 
     Like the RabbitMQ plugin, any ``content-length`` in ``frame.headers`` is
     replaced by the real body length (and left out for an empty body), so a
@@ -115,4 +123,4 @@ def serialize(frame: Frame, version: str = "1.2") -> bytes:
     body = frame.body
     head = "".join([f"{k}:{v}\n" for k, v in headers.items()])
     trailer = f"content-length:{len(body)}\n\n" if body else "\n"
-    return b"".join((f"{command}\n{head}{trailer}".encode(), body, b"\0"))
+    return b"".join((f"{command}\n{head}{trailer}".encode(), body, end))

@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from typing import Any, Mapping
 
 from .destinations import DEST_PREFIXES, REPLY_QUEUE_PREFIX, base64url, message_destination, processing_error
-from .errors import ProtocolError, StompError
+from .errors import FrameRejected
 
 # -- names (rabbit_stomp_headers.hrl) ----------------------------------------------------
 
@@ -48,18 +48,6 @@ QUEUE_ARGUMENTS: dict[str, type] = {
     # docs gets the argument it asked for instead of a silently different queue.
     "x-overflow": str,
 }
-QUEUE_ARGUMENTS_3_10 = frozenset(
-    (
-        "x-dead-letter-exchange",
-        "x-dead-letter-routing-key",
-        "x-expires",
-        "x-max-length",
-        "x-max-length-bytes",
-        "x-max-priority",
-        "x-message-ttl",
-        "x-queue-type",
-    )
-)
 
 # user_header/1 is false for these: they become properties (or, for destination,
 # nothing). Every other SEND header, receipt, transaction, content-length, id,
@@ -87,34 +75,35 @@ _INT = re.compile(r"[+-]?[0-9]+").fullmatch
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
-def _integer(name: str, value: str, compat_3_10: bool) -> int:
-    # list_to_integer(string:strip(V)) in 3.x (spaces only); string:trim in 4.x (whitespace)
-    text = value.strip(" ") if compat_3_10 else value.strip()
+def _integer(name: str, value: str) -> int:
+    # list_to_integer(string:strip(V)): spaces only (3.10 to 4.3.6; verified on 4.3.6)
+    text = value.strip(" ")
     if _INT(text) is None:
         raise processing_error(f"header {name!r}: {value!r} is not an integer")
     return int(text)
 
 
-def queue_arguments(headers: Mapping[str, str], *, compat_3_10: bool = False) -> dict[str, Any]:
+def queue_arguments(headers: Mapping[str, str], names: frozenset[str] | None = None) -> dict[str, Any]:
     """The ``x-`` queue arguments of a SEND or SUBSCRIBE (``build_arguments/1``).
 
-    Integers become ``int`` (AMQP long), the rest stripped ``str``. A value that
-    is not an integer is a "Processing error" (verified), whatever the
-    destination kind, even when no queue is declared.
+    Integers become ``int`` (AMQP long), the rest ``str``, both stripped of spaces. A value
+    that is not an integer is a "Processing error" (verified), whatever the destination
+    kind, even when no queue is declared. ``names``: the broker's list (``Dialect``).
     """
-    names = QUEUE_ARGUMENTS_3_10 if compat_3_10 else _QUEUE_ARGUMENT_NAMES
+    if names is None:
+        names = _QUEUE_ARGUMENT_NAMES
     if names.isdisjoint(headers):  # the usual SEND: no queue argument at all
         return {}
     args: dict[str, Any] = {}
     for name, value in headers.items():
         if name in names:
             if QUEUE_ARGUMENTS[name] is int:
-                number = _integer(name, value, compat_3_10)
+                number = _integer(name, value)
                 if not _INT64[0] <= number <= _INT64[1]:
                     raise processing_error(f"header {name!r}: {value!r} does not fit an AMQP long")
                 args[name] = number
             else:
-                args[name] = value.strip(" ") if compat_3_10 else value.strip()
+                args[name] = value.strip(" ")
     return args
 
 
@@ -134,7 +123,7 @@ def check_send_headers(headers: Mapping[str, str]) -> None:
     """Refuse the headers a client may not put on SEND (checked before the destination)."""
     for name in HEADERS_NOT_ON_SEND:
         if name in headers:
-            raise StompError("Invalid header", f"'{name}' is not allowed on 'SEND'.\n")
+            raise FrameRejected("Invalid header", f"'{name}' is not allowed on 'SEND'.\n")
 
 
 _STR_PROPERTIES = (
@@ -150,7 +139,7 @@ _STR_PROPERTIES = (
 )
 
 
-def properties_from_send(headers: Mapping[str, str], reply_to: str | None = None, *, compat_3_10: bool = False) -> dict[str, Any]:
+def properties_from_send(headers: Mapping[str, str], reply_to: str | None = None) -> dict[str, Any]:
     """AMQP basic properties for a SEND (``message_properties/1``), keyed by pamqp field names.
 
     ``reply_to`` replaces the header's value (the session passes the reply
@@ -171,13 +160,13 @@ def properties_from_send(headers: Mapping[str, str], reply_to: str | None = None
         props["delivery_mode"] = 2
     priority = headers.get("priority")
     if priority is not None:
-        number = _integer("priority", priority, compat_3_10)
+        number = _integer("priority", priority)
         if not 0 <= number <= 255:
             raise processing_error(f"priority {priority!r} does not fit an octet")
         props["priority"] = number
     timestamp = headers.get("timestamp")
     if timestamp is not None:
-        number = _integer("timestamp", timestamp, compat_3_10)
+        number = _integer("timestamp", timestamp)
         if not 0 <= number < 1 << 64:
             raise processing_error(f"timestamp {timestamp!r} does not fit 64 bits")
         props["timestamp"] = number
@@ -234,7 +223,7 @@ def message_headers(
     ``destination``), the first one wins, as a STOMP client reads it.
     """
     if consumer_tag.startswith(INTERNAL_TAG_PREFIX):
-        out = {"subscription": consumer_tag[2:]}
+        out = {"subscription": consumer_tag[len(INTERNAL_TAG_PREFIX):]}
     else:
         out = {}
     message_id = f"{consumer_tag}@@{session_id}@@{delivery_tag}"
@@ -298,7 +287,7 @@ def parse_message_id(value: str, command: str = "ACK", header: str = "id") -> tu
     """
     parts = value.split(MESSAGE_ID_SEPARATOR) if value else []
     if len(parts) != 3:
-        raise ProtocolError(
+        raise FrameRejected(
             "Invalid header", f'"{command}" must include a valid "{header}" header\n')
     tag = parts[2]
     if _INT(tag) is None:
@@ -340,13 +329,41 @@ def unsubscribe_consumer_tag(headers: Mapping[str, str]) -> str:
     sub_id = headers.get("id")
     if sub_id is not None:
         if sub_id.startswith(TEMP_QUEUE_ID_PREFIX):
-            raise ProtocolError("Invalid id", f"UNSUBSCRIBE 'id' may not start with {TEMP_QUEUE_ID_PREFIX}\n")
+            raise FrameRejected("Invalid id", f"UNSUBSCRIBE 'id' may not start with {TEMP_QUEUE_ID_PREFIX}\n")
         return INTERNAL_TAG_PREFIX + sub_id
     destination = headers.get("destination")
     if destination is None:
-        raise ProtocolError(
+        raise FrameRejected(
             "Missing destination or id", "UNSUBSCRIBE must include a 'destination' or 'id' header")
     return QUEUE_TAG_PREFIX + destination
+
+
+def subscription_id(consumer_tag: str) -> str:
+    """What a ``T_<id>`` tag's MESSAGEs and ERRORs show as ``subscription``; a ``Q_`` tag (no
+    ``id`` on SUBSCRIBE) shows as ``Unknown[<destination>]`` in an ERROR (``tag_to_id/1``)."""
+    if consumer_tag.startswith(INTERNAL_TAG_PREFIX):
+        return consumer_tag[len(INTERNAL_TAG_PREFIX):]
+    return f"Unknown[{consumer_tag[len(QUEUE_TAG_PREFIX):]}]"
+
+
+def describe_subscription(consumer_tag: str) -> str:
+    """The plugin's description of a subscription in ERROR texts: ``id='<id>'``, or
+    ``destination='<destination>'`` when SUBSCRIBE had no ``id`` (``consumer_tag/1``)."""
+    if consumer_tag.startswith(INTERNAL_TAG_PREFIX):
+        return f"id='{consumer_tag[len(INTERNAL_TAG_PREFIX):]}'"
+    return f"destination='{consumer_tag[len(QUEUE_TAG_PREFIX):]}'"
+
+
+def prefetch_count(headers: Mapping[str, str]) -> int:
+    """SUBSCRIBE's ``prefetch-count`` (0, unlimited, when absent): ``integer_header/3``, whose
+    crash on a non-integer is a "Processing error"."""
+    value = headers.get("prefetch-count")
+    if value is None:
+        return 0
+    number = _integer("prefetch-count", value)
+    if number < 0:
+        raise processing_error(f"prefetch-count {value!r} is negative")
+    return number
 
 
 def reply_queue_consumer_tag(temp_queue_id: str) -> str:
@@ -357,53 +374,47 @@ def reply_queue_consumer_tag(temp_queue_id: str) -> str:
 
 # -- SUBSCRIBE -> basic.consume arguments ---------------------------------------------------
 
-STREAM_FILTERING_SINCE = (3, 13)
+def consume_arguments(headers: Mapping[str, str]) -> dict[str, Any]:
+    """basic.consume arguments from SUBSCRIBE (``subscribe_arguments/1``), passed on whatever
+    the queue and broker: RabbitMQ decides (a classic queue refuses stream filters with
+    PRECONDITION_FAILED on 4.x; 3.10 ignores them), as with the plugin.
 
-
-def consume_arguments(headers: Mapping[str, str], broker_version: tuple[int, ...]) -> dict[str, Any]:
-    """basic.consume arguments from SUBSCRIBE (``subscribe_arguments/1``).
-
-    ``x-stream-offset``: ``first``/``last``/``next`` as strings, ``offset=N`` as
-    a long, ``timestamp=T`` (seconds) as an AMQP timestamp. Stream filtering
-    arrived in RabbitMQ 3.13; an older broker would silently ignore the filter
-    and deliver everything, so asking for it there is an ERROR instead.
+    ``x-stream-offset``: ``first``/``last``/``next`` as strings, ``offset=N`` as a long,
+    ``timestamp=T`` (seconds) as an AMQP timestamp; any other value is ignored, and a bad
+    number after ``offset=``/``timestamp=`` is a "Processing error". ``x-stream-filter``:
+    an array of the comma-separated values. ``x-stream-match-unfiltered``: ``true``/``false``
+    (``True``/``False``), anything else ignored. ``x-priority``: an integer (byte).
     """
     args: dict[str, Any] = {}
     offset = headers.get("x-stream-offset")
     if offset is not None:
         if offset in ("first", "last", "next"):
             args["x-stream-offset"] = offset
-        elif offset.startswith("offset=") and _INT(offset[7:]):
-            args["x-stream-offset"] = int(offset[7:])
-        elif offset.startswith("timestamp=") and _INT(offset[10:]):
-            args["x-stream-offset"] = datetime.fromtimestamp(int(offset[10:]), tz=timezone.utc)
-        else:
-            raise ProtocolError(
-                "Invalid header",
-                f"x-stream-offset must be first, last, next, offset=<n> or timestamp=<unix seconds>, "
-                f"not {offset!r}",
-            )
+        elif offset.startswith("offset="):
+            args["x-stream-offset"] = _binary_to_integer("x-stream-offset", offset[7:])
+        elif offset.startswith("timestamp="):
+            seconds = _binary_to_integer("x-stream-offset", offset[10:])
+            try:
+                args["x-stream-offset"] = datetime.fromtimestamp(seconds, tz=timezone.utc)
+            except (OverflowError, OSError, ValueError):
+                raise processing_error(f"x-stream-offset {offset!r} is out of range") from None
     filters = headers.get("x-stream-filter")
-    unfiltered = headers.get("x-stream-match-unfiltered")
-    if filters is not None or unfiltered is not None:
-        if broker_version < STREAM_FILTERING_SINCE:
-            raise ProtocolError(
-                "Stream filtering unsupported",
-                "x-stream-filter needs RabbitMQ 3.13 or later; this broker is "
-                + ".".join(map(str, broker_version)),
-            )
-        if filters is not None:
-            values = [v for v in filters.split(",") if v]
-            args["x-stream-filter"] = values[0] if len(values) == 1 else values
-        if unfiltered is not None:
-            flag = parse_bool(unfiltered)
-            if flag is None:
-                raise ProtocolError("Invalid header", "x-stream-match-unfiltered must be true or false")
-            args["x-stream-match-unfiltered"] = flag
+    if filters is not None:
+        args["x-stream-filter"] = filters.split(",")
+    unfiltered = parse_bool(headers.get("x-stream-match-unfiltered"))
+    if unfiltered is not None:
+        args["x-stream-match-unfiltered"] = unfiltered
     priority = headers.get("x-priority")
     if priority is not None:
-        number = _integer("x-priority", priority, False)
+        number = _integer("x-priority", priority)
         if not -128 <= number <= 127:
             raise processing_error(f"x-priority {priority!r} does not fit a byte")
         args["x-priority"] = number
     return args
+
+
+def _binary_to_integer(name: str, text: str) -> int:
+    # binary_to_integer/1: no blanks allowed, unlike list_to_integer(string:strip(...))
+    if _INT(text) is None:
+        raise processing_error(f"header {name!r}: {text!r} is not an integer")
+    return int(text)

@@ -38,7 +38,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .errors import ProtocolError
+from .errors import FrameRejected
 
 Headers = Mapping[str, str]
 Value = Any  # str | int | float | bool | None
@@ -47,7 +47,7 @@ Expr = Callable[[Headers], Value]
 MAX_DEPTH = 64  # nesting of parentheses and NOTs; deeper is refused, not a RecursionError
 
 
-class SelectorError(ProtocolError):
+class SelectorError(FrameRejected):
     """A selector that does not parse; the SUBSCRIBE that carried it gets this ERROR."""
 
     def __init__(self, selector: str, reason: str) -> None:

@@ -228,6 +228,13 @@ class RawStomp:
         assert frames[0].command == "ERROR", f"expected ERROR, got {frames[0].command} {frames[0].headers}"
         return frames[0]
 
+    def error_then_usable(self, timeout: float | None = None) -> Frame:
+        """The next frame is ERROR and the connection goes on (the plugin's non-fatal errors):
+        a receipted SEND right after it gets its RECEIPT."""
+        error = self.expect("ERROR", timeout)
+        self.receipt("SEND", {"destination": "/topic/still-usable"}, b"x", receipt_id="still-usable")
+        return error
+
     def no_frame(self, timeout: float = 0.5) -> None:
         """Assert nothing (but heart-beats) arrives within ``timeout`` seconds."""
         try:

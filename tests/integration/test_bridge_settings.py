@@ -227,12 +227,15 @@ def test_implicit_connect_logs_in_on_first_send_without_connected(bridge, dial, 
     assert [m["payload"] for m in messages] == ["hello"]
 
 
-def test_send_before_connect_is_illegal_without_implicit_connect(bridge, dial):
+def test_send_before_connect_is_illegal_without_implicit_connect(bridge, dial, rabbit):
     conn = dial(bridge())
     conn.send_frame("SEND", {"destination": "/queue/never-declared", "receipt": "r-1"}, "hello")
-    error = conn.error_then_close()
+    error = conn.expect("ERROR")
     assert error["message"] == "Illegal command"
     assert error.text == "You must log in using CONNECT first"
+    assert rabbit.queue("never-declared") is None
+    # The plugin keeps the connection (its error/3): a CONNECT still logs in.
+    assert conn.connect()["version"] == "1.2"
 
 
 # -- frame size limits ----------------------------------------------------------------

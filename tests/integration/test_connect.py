@@ -58,13 +58,15 @@ def test_unsupported_version_gets_error_listing_supported_versions(raw):
     assert error.text == f"Supported versions are {SUPPORTED}\n"
 
 
-def test_wrong_credentials_get_access_refused_and_close(raw):
+def test_wrong_credentials_get_access_refused_and_close(raw, stomp_target, broker):
     conn = raw(timeout=CONNECT_FAILURE_CLOSE_TIMEOUT)
     conn.send_frame("CONNECT", {"accept-version": "1.2", "login": "x", "passcode": "wrong"})
     error = conn.error_then_close()
     assert error["message"] == "Bad CONNECT"
     assert error["content-type"] == "text/plain"
-    assert error.text == "Access refused for user 'x'\n"
+    # 3.10's plugin ended the text with a newline, 4.x's does not; the bridge follows 4.x
+    old = stomp_target.native and broker.version_tuple < (4, 0)
+    assert error.text == "Access refused for user 'x'" + ("\n" if old else "")
 
 
 def test_unknown_vhost_is_refused(raw, unique):

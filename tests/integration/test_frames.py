@@ -31,7 +31,7 @@ def test_malformed_frame_closes_connection(connected, garbage):
 
 
 @pytest.mark.xfail(condition=NATIVE, strict=True,
-                   reason="native 3.10 closes the socket on a parse error without sending ERROR "
+                   reason="the native plugin (3.10 to 4.3) closes the socket on a parse error without sending ERROR "
                           "(STOMP 1.2 lets a server send ERROR first; the bridge does)")
 def test_malformed_frame_gets_error_before_close(connected):
     conn = connected()

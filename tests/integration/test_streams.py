@@ -85,7 +85,7 @@ def test_offset_timestamp_in_the_past_reads_from_start(connected, queues, unique
     assert [m.body for m in _read(reader, 2)] == [b"m0", b"m1"]
 
 
-def test_stream_needs_prefetch_count(connected, queues, unique):
+def test_stream_needs_prefetch_count(connected, broker, queues, unique):
     name = f"stream-{unique}"
     queues.append(name)
     conn = connected()
@@ -95,8 +95,29 @@ def test_stream_needs_prefetch_count(connected, queues, unique):
                                     "x-stream-offset": "first"})
     error = reader.error_then_close()
     assert error["message"] == "precondition_failed"
-    assert error.text == (f"PRECONDITION_FAILED - consumer prefetch count is not set for "
-                          f"'queue '{name}' in vhost '/''")
+    if broker.version_tuple >= (4, 0):
+        assert error.text == (f"PRECONDITION_FAILED - consumer prefetch count is not set for "
+                              f"stream queue '{name}' in vhost '/'")
+    else:
+        assert error.text == (f"PRECONDITION_FAILED - consumer prefetch count is not set for "
+                              f"'queue '{name}' in vhost '/''")
+
+
+def test_stream_filter_headers_go_to_rabbitmq_which_decides(connected, broker, queues, unique):
+    """The plugin passes x-stream-filter on whatever the queue: RabbitMQ 4.x refuses it on a
+    classic queue, 3.10 ignores it. The bridge used to refuse it itself below 3.13."""
+    name = f"sf-{unique}"
+    queues.append(name)
+    conn = connected()
+    conn.send_frame("SUBSCRIBE", {"destination": f"/queue/{name}", "id": "f", "x-stream-filter": "red",
+                                  "receipt": "r"})
+    if broker.version_tuple >= (3, 13):
+        error = conn.error_then_close()
+        assert error["message"] == "precondition_failed"
+        assert error.text == (f"PRECONDITION_FAILED - invalid arg 'x-stream-filter' for queue '{name}' in "
+                              "vhost '/' of queue type rabbit_classic_queue")
+    else:
+        assert conn.expect("RECEIPT")["receipt-id"] == "r"
 
 
 def test_stream_filtering(connected, rabbit, queues, unique):

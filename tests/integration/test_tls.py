@@ -154,7 +154,7 @@ def test_cert_login_user_unknown_to_rabbitmq_is_refused(bridge, tls_settings, tl
     conn.send_frame("CONNECT", {"accept-version": "1.2", "host": "/"})
     error = conn.error_then_close()
     assert error["message"] == "Bad CONNECT"
-    assert error.text == f"Access refused for user 'CN=nobody-{unique},O=tests'\n"
+    assert error.text == f"Access refused for user 'CN=nobody-{unique},O=tests'"
 
 
 @pytest.mark.amqps

@@ -28,6 +28,7 @@ from stomp_bridge.protocol.destinations import (
     term_to_binary_pair,
     transient_subscription_queue_name,
 )
+from stomp_bridge.protocol.dialect import Dialect
 from stomp_bridge.protocol.errors import InvalidDestination, ProtocolError
 
 UNKNOWN_TAIL = "is not a valid destination.\nValid destination types are: /temp-queue, /exchange, /topic, /queue, /amq/queue, /reply-queue/.\n"
@@ -233,9 +234,12 @@ def test_send_target_errors(header, headers, message, detail):
 R = b"\x01" * 16
 
 
+V3_10, V4_0, V4_3 = Dialect((3, 10, 8)), Dialect((4, 0, 5)), Dialect((4, 3, 6))
+
+
 @pytest.mark.parametrize(
     ("header", "headers", "durable", "auto_delete", "exclusive"),
-    [  # as observed in the management API on 3.10.8 (exchange: 4.x default, see next test)
+    [  # as observed in the management API on 4.0.5 (and 3.10.8 but for /exchange/, see below)
         ("/queue/q", {}, True, False, False),
         ("/queue/q", {"durable": "false"}, False, True, True),
         ("/topic/t", {}, False, True, False),
@@ -251,21 +255,33 @@ R = b"\x01" * 16
     ],
 )
 def test_subscribe_declares_with_the_plugins_defaults(header, headers, durable, auto_delete, exclusive):
-    declare = subscribe_plan(_dest(header), headers, random=R).declare
+    declare = subscribe_plan(_dest(header), headers, random=R, dialect=V4_0).declare
     assert (declare.durable, declare.auto_delete, declare.exclusive) == (durable, auto_delete, exclusive)
 
 
+@pytest.mark.parametrize("dialect", [V4_3, Dialect((4, 2, 0)), Dialect()])
+def test_topic_subscription_queues_are_exclusive_from_4_2(dialect):
+    """rabbitmq-server #13016: no transient shared queue, which 4.3 can deny (verified on 4.3.6)."""
+    declare = subscribe_plan(_dest("/topic/t"), {}, random=R, dialect=dialect).declare
+    assert (declare.durable, declare.auto_delete, declare.exclusive) == (False, True, True)
+    shared = subscribe_plan(_dest("/topic/t"), {"exclusive": "false"}, random=R, dialect=dialect).declare
+    assert shared.exclusive is False  # asked for: RabbitMQ decides (4.3 may refuse it)
+    durable = subscribe_plan(_dest("/topic/t"), {"id": "1", "durable": "true"}, dialect=dialect).declare
+    assert (durable.durable, durable.exclusive) == (True, False)
+
+
 def test_exchange_subscription_queues_were_not_exclusive_in_3_10():
-    declare = subscribe_plan(_dest("/exchange/amq.fanout"), {}, random=R, compat_3_10=True).declare
+    declare = subscribe_plan(_dest("/exchange/amq.fanout"), {}, random=R, dialect=V3_10).declare
     assert (declare.durable, declare.auto_delete, declare.exclusive) == (False, True, False)
 
 
 def test_quorum_and_stream_queues_are_forced_durable_and_shared_in_4x():
     headers = {"x-queue-type": "quorum", "durable": "false"}
-    declare = subscribe_plan(_dest("/queue/q"), headers).declare
+    declare = subscribe_plan(_dest("/queue/q"), headers, dialect=V4_3).declare
     assert (declare.durable, declare.exclusive, declare.arguments) == (True, False, {"x-queue-type": "quorum"})
-    assert subscribe_plan(_dest("/queue/q"), headers, compat_3_10=True).declare.durable is False
-    assert subscribe_plan(_dest("/topic/t"), {}, default_queue_type="stream", random=R).declare.durable is True
+    assert subscribe_plan(_dest("/queue/q"), headers, dialect=V3_10).declare.durable is False
+    stream = subscribe_plan(_dest("/topic/t"), {"x-queue-type": "stream"}, random=R, dialect=V4_0).declare
+    assert (stream.durable, stream.exclusive) == (True, False)
 
 
 def test_durable_topic_subscription_plan():

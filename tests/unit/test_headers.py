@@ -12,20 +12,25 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stomp_bridge.protocol.errors import ProtocolError, StompError
+from stomp_bridge.protocol.dialect import Dialect
+from stomp_bridge.protocol.errors import ProtocolError, StompError, tp
 from stomp_bridge.protocol.headers import (
     ack_header_name,
     ack_mode,
     check_send_headers,
+    consume_arguments,
+    describe_subscription,
     make_message_id,
     message_headers,
     new_session_id,
     parse_bool,
     parse_message_id,
+    prefetch_count,
     properties_from_send,
     queue_arguments,
     reply_queue_consumer_tag,
     subscribe_consumer_tag,
+    subscription_id,
     unsubscribe_consumer_tag,
 )
 
@@ -65,10 +70,65 @@ def test_queue_arguments_types_and_trimming():
     }
 
 
-def test_queue_arguments_in_3_10_know_fewer_names_and_strip_only_spaces():
+def test_queue_arguments_in_3_10_know_fewer_names_and_every_version_strips_only_spaces():
     headers = {"x-max-age": "1D", "x-stream-filter-size-bytes": "32", "x-queue-type": "\tquorum "}
-    assert queue_arguments(headers, compat_3_10=True) == {"x-queue-type": "\tquorum"}
-    assert queue_arguments(headers)["x-queue-type"] == "quorum"
+    assert queue_arguments(headers, Dialect((3, 10, 8)).queue_argument_names) == {"x-queue-type": "\tquorum"}
+    # string:strip/1 on 4.3.6 too (its decompiled build_argument/2)
+    assert queue_arguments(headers)["x-queue-type"] == "\tquorum"
+    assert queue_arguments(headers)["x-max-age"] == "1D"
+
+
+@pytest.mark.parametrize(
+    ("headers", "arguments"),
+    [  # subscribe_arguments/1 of 4.x: passed on whatever the queue; RabbitMQ decides
+        ({"x-stream-offset": "first"}, {"x-stream-offset": "first"}),
+        ({"x-stream-offset": "offset=42"}, {"x-stream-offset": 42}),
+        ({"x-stream-offset": "somewhere"}, {}),  # not_found: no argument at all
+        ({"x-stream-filter": "eu"}, {"x-stream-filter": ["eu"]}),  # always an array
+        ({"x-stream-filter": "eu,us"}, {"x-stream-filter": ["eu", "us"]}),
+        ({"x-stream-filter": "eu,,us"}, {"x-stream-filter": ["eu", "", "us"]}),
+        ({"x-stream-match-unfiltered": "True"}, {"x-stream-match-unfiltered": True}),
+        ({"x-stream-match-unfiltered": "yes"}, {}),  # boolean_header: anything else is not_found
+        ({"x-priority": " 5 "}, {"x-priority": 5}),
+        ({"x-priority": "-3"}, {"x-priority": -3}),
+    ],
+)
+def test_consume_arguments_follow_the_plugin(headers, arguments):
+    assert consume_arguments(headers) == arguments
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{"x-stream-offset": "offset=abc"}, {"x-stream-offset": "offset= 1"}, {"x-stream-offset": "timestamp=x"},
+     {"x-priority": "high"}, {"x-priority": "1000"}],
+)
+def test_consume_arguments_that_crash_the_plugin_are_processing_errors(headers):
+    with pytest.raises(ProtocolError) as info:
+        consume_arguments(headers)
+    assert (info.value.message, info.value.detail, info.value.fatal) == ("Processing error", "Processing error", False)
+
+
+@pytest.mark.parametrize(
+    ("tag", "description", "subscription"),
+    [("T_s", "id='s'", "s"), ("Q_/queue/a", "destination='/queue/a'", "Unknown[/queue/a]")],
+)
+def test_subscription_descriptions_in_error_texts(tag, description, subscription):
+    assert describe_subscription(tag) == description
+    assert subscription_id(tag) == subscription
+    assert tp(description) == f'"{description}"'
+    assert tp('a"b\\c') == '"a\\"b\\\\c"'
+
+
+@pytest.mark.parametrize(("value", "count"), [(None, 0), ("0", 0), (" 10 ", 10), ("70000", 70000)])
+def test_prefetch_count(value, count):
+    assert prefetch_count({} if value is None else {"prefetch-count": value}) == count
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "1.5"])
+def test_a_bad_prefetch_count_is_a_processing_error_that_keeps_the_connection(value):
+    with pytest.raises(ProtocolError) as info:
+        prefetch_count({"prefetch-count": value})
+    assert (info.value.message, info.value.fatal) == ("Processing error", False)
 
 
 @pytest.mark.parametrize("value", ["abc", "", "1.5", "1e3", "٣", "1_000", str(1 << 63)])
