@@ -44,6 +44,9 @@ FAIR_SHARE = 64  # frames one client may have handled before the loop serves the
 SHUTDOWN = StompError("Server shutdown", "The bridge is shutting down; reconnect to another instance.")
 
 
+LOGIN_COMMANDS = ("CONNECT", "STOMP")
+
+
 class Link(Protocol):
     """The byte stream under a Connection: TCP here, WebSocket in websocket.py.
 
@@ -147,7 +150,7 @@ class Connection:
         # timer replaces its predecessor, so a long-lived connection holds three at most.
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._out: list[bytes] = []
-        self._logging_in = False  # a first frame arrived: connect_timeout no longer applies
+        self._logging_in = False  # a CONNECT arrived: connect_timeout no longer applies
         self.session = Session(
             settings,
             self._write,
@@ -225,8 +228,12 @@ class Connection:
                     if debug:
                         log_frame(log, "in", session.peer_name, frame.command, frame.headers, frame.body)
                     connected_before = session.amqp is not None
-                    if not connected_before:
-                        self._logging_in = True  # from here amqp_connect_timeout bounds the wait
+                    if not connected_before and (
+                        frame.command in LOGIN_COMMANDS or self.settings.implicit_connect
+                    ):
+                        # From here amqp_connect_timeout bounds the wait; other frames before
+                        # login get "Illegal command" and leave connect_timeout running.
+                        self._logging_in = True
                     await session.handle(frame)
                     if not connected_before and session.amqp is not None:
                         self._start_heartbeats()

@@ -32,7 +32,7 @@ def version_tuple(text: str) -> tuple[int, ...]:
 
 # Queue arguments the plugin takes from SEND/SUBSCRIBE headers (build_arguments/1):
 # 3.10 knew only these; 3.11 added x-max-age and x-stream-max-segment-size-bytes, 3.13
-# x-stream-filter-size-bytes.
+# x-stream-filter-size-bytes (a 3.10 broker would refuse those on its classic queues).
 QUEUE_ARGUMENTS_3_10 = frozenset(
     (
         "x-dead-letter-exchange",
@@ -43,6 +43,7 @@ QUEUE_ARGUMENTS_3_10 = frozenset(
         "x-max-priority",
         "x-message-ttl",
         "x-queue-type",
+        "x-overflow",  # in the plugin's docs, not its code: the bridge takes it on every version
     )
 )
 

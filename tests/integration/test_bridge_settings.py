@@ -283,6 +283,39 @@ def test_frame_over_max_frame_size_closes_only_that_connection(bridge, dial, que
     other.receipt("SEND", {"destination": f"/queue/{name}"}, "small")
 
 
+# -- close_on_error and trailing_lf ----------------------------------------------------
+
+
+@pytest.mark.parametrize("frame", [("FOO", {}), ("SEND", {"destination": "/bogus/x"}),
+                                   ("UNSUBSCRIBE", {"id": "nope"})])
+def test_close_on_error_closes_after_every_error_as_stomp_1_2_says(bridge, dial, frame):
+    conn = dial(bridge(close_on_error=True))
+    conn.connect()
+    conn.send_frame(*frame)
+    assert len(conn.error_then_close().text) > 0
+
+
+def test_close_on_error_also_closes_after_a_server_cancelled_subscription(bridge, dial, rabbit, unique):
+    conn = dial(bridge(close_on_error=True))
+    conn.connect()
+    conn.subscribe(f"/queue/cancel-{unique}", sub_id="s")
+    rabbit.delete_queue(f"cancel-{unique}")
+    assert conn.error_then_close()["message"] == "Server cancelled subscription"
+
+
+def test_trailing_lf_off_ends_frames_with_nul_only(bridge, dial):
+    conn = dial(bridge(trailing_lf=False))
+    conn.connect()
+    conn.send_frame("SEND", {"destination": "/topic/eol", "receipt": "r1"}, "x")
+    data = conn.buf
+    conn.sock.settimeout(5)
+    while not data.endswith(b"\0"):
+        data += conn.sock.recv(65536)
+    assert data == b"RECEIPT\nreceipt-id:r1\n\n\0"
+    conn.no_frame(0.3)
+    assert conn.buf == b""
+
+
 # -- connect_timeout ------------------------------------------------------------------
 
 
@@ -292,6 +325,16 @@ def test_client_silent_past_connect_timeout_gets_error_and_close(bridge, dial):
     error = conn.error_then_close(timeout=5.0)
     assert error["message"] == "Connect timeout"
     assert time.monotonic() - started < 5.0
+
+
+def test_frames_other_than_connect_do_not_stop_the_connect_timeout(bridge, dial):
+    """'Illegal command' keeps the connection, as the plugin does; it must not keep it forever:
+    only a CONNECT stops the clock (the plugin's login_timeout runs until login)."""
+    conn = dial(bridge(connect_timeout=1.0))
+    conn.send_frame("SEND", {"destination": "/topic/x"}, "before login")
+    assert conn.expect("ERROR")["message"] == "Illegal command"
+    frames = conn.read_until_closed(timeout=5.0)
+    assert [f["message"] for f in frames] == ["Connect timeout"]
 
 
 # -- publisher confirms ---------------------------------------------------------------
@@ -342,22 +385,6 @@ def test_disconnect_waiting_for_a_nacked_publish_ends_with_error_and_releases_th
 
 
 # -- stream filtering on an old broker ------------------------------------------------
-
-
-def test_stream_filter_on_broker_before_3_13_is_an_error(bridge, dial, rabbit, queues, unique):
-    version = rabbit.overview()["rabbitmq_version"]
-    if parse_version(version) >= (3, 13):
-        pytest.skip(f"broker {version} supports stream filtering; this checks the pre-3.13 refusal")
-    name = f"stream-{unique}"
-    rabbit.declare_queue(name, arguments={"x-queue-type": "stream"})
-    queues.append(name)
-    conn = dial(bridge())
-    conn.connect()
-    conn.send_frame("SUBSCRIBE", {"destination": f"/amq/queue/{name}", "id": "s-1", "ack": "client",
-                                  "prefetch-count": "10", "x-stream-filter": "a", "receipt": "r-1"})
-    error = conn.error_then_close()
-    assert error["message"] == "Stream filtering unsupported"
-    assert version in error.text
 
 
 # -- the stomp-bridge command ---------------------------------------------------------

@@ -140,7 +140,7 @@ def test_persistent_send_is_delivery_mode_2_and_flagged_on_message(connected, ra
 
 
 @pytest.mark.xfail(condition=NATIVE, strict=False,
-                   reason="native 3.10 answers a SUBSCRIBE receipt before earlier SEND receipts "
+                   reason="the native plugin (3.10 to 4.3) answers a SUBSCRIBE receipt before earlier SEND receipts "
                           "(SEND receipts wait for confirms); the bridge keeps frame order")
 def test_receipts_arrive_in_frame_order(connected, queues, unique):
     name = f"order-{unique}"
@@ -160,7 +160,7 @@ def test_receipts_arrive_in_frame_order(connected, queues, unique):
 
 
 @pytest.mark.xfail(condition=NATIVE, strict=False,
-                   reason="native 3.10 can answer later SEND receipts before earlier ones when persistent "
+                   reason="the native plugin (3.10 to 4.3) can answer later SEND receipts before earlier ones when persistent "
                           "and transient SENDs are mixed (receipts ride on per-message confirms)")
 def test_send_receipts_arrive_in_order(connected, queues, unique):
     name = f"order2-{unique}"

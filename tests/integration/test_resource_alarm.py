@@ -19,7 +19,7 @@ def _watermark(value: str) -> None:
 
 @pytest.mark.xfail(
     condition=os.environ.get("STOMP_BRIDGE_TEST_TARGET") == "native", strict=True,
-    reason="RabbitMQ 3.10's plugin receipts a publish during a memory alarm; the bridge's AMQP "
+    reason="the native plugin (3.10 to 4.3) receipts a publish during a memory alarm; the bridge's AMQP "
     "connection is blocked like any publisher's",
 )
 def test_blocked_publisher_gets_no_receipt_until_the_alarm_clears(connected, rabbit, queues, unique):
