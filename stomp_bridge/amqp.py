@@ -44,8 +44,10 @@ from datetime import datetime, timezone
 from typing import Any
 
 import aiormq
+import aiormq.connection as aiormq_connection
 import aiormq.exceptions as amqp_exc
 import pamqp.encode
+import pamqp.frame
 from aiormq.abc import ChannelFrame
 from pamqp import commands as spec
 from pamqp.header import ContentHeader
@@ -155,6 +157,38 @@ def pool_for(endpoints: Endpoints, heartbeat: int = 60, timeout: float = 10.0, *
     return pool
 
 
+# RabbitMQ reads at most this much of a frame before a client has logged in (FRAME_MIN_SIZE:
+# 8192 bytes since 4.0.8 and 4.1.0, for JWT tokens; 4096 before) and resets a connection whose
+# connection.start-ok, which carries the login and passcode, is larger.
+PRE_LOGIN_FRAME_MAX = 8192
+PRE_LOGIN_FRAME_MAX_BEFORE_4_1 = 4096
+
+
+def start_ok_size(login: str, passcode: str, client_name: str) -> int:
+    """Bytes of the connection.start-ok frame aiormq sends for this login (PLAIN)."""
+    properties = {
+        "platform": aiormq_connection.PLATFORM, "version": aiormq_connection.__version__,
+        "product": "stomp-bridge", "information": "See https://github.com/mosquito/aiormq/",
+        "capabilities": {name: True for name in (
+            "authentication_failure_close", "basic.nack", "connection.blocked",
+            "consumer_cancel_notify", "publisher_confirms")},
+        "connection_name": client_name,
+    }
+    method = spec.Connection.StartOk(
+        client_properties=properties, mechanism="PLAIN", response=f"\0{login}\0{passcode}",
+    )
+    return len(pamqp.frame.marshal(method, 0))
+
+
+def _credentials_too_long(login: str, size: int, limit: int) -> AccessRefused:
+    return AccessRefused(
+        "Bad CONNECT",
+        f"Access refused for user '{login}': the login and passcode take {size} bytes of "
+        f"RabbitMQ's AMQP login frame, over the {limit} bytes it reads before a login succeeds "
+        "(RabbitMQ 4.1+; 4096 before). Use a shorter passcode or token.",
+    )
+
+
 async def connect_any(
     endpoints: Endpoints, login: str, passcode: str, vhost: str, client_name: str, heartbeat: int,
     timeout: float, context: ssl.SSLContext | None = None, external: bool = False,
@@ -162,8 +196,13 @@ async def connect_any(
     """Log in as the STOMP user on the first RabbitMQ node that answers.
 
     A node that cannot be reached is skipped (and backs off); a refused
-    login or vhost is the client's answer, from whichever node gave it.
+    login or vhost is the client's answer, from whichever node gave it. So is a login
+    too long for RabbitMQ's pre-login frame limit: RabbitMQ resets the connection, which
+    must not count against the node (any client could otherwise mark nodes down).
     """
+    size = 0 if external else start_ok_size(login, passcode, client_name)
+    if size > PRE_LOGIN_FRAME_MAX:
+        raise _credentials_too_long(login, size, PRE_LOGIN_FRAME_MAX)
     failures = []
     for index in endpoints.order():
         try:
@@ -175,6 +214,9 @@ async def connect_any(
             endpoints.succeeded(index)
             raise
         except (OSError, amqp_exc.AMQPError, asyncio.TimeoutError) as exc:
+            if size > PRE_LOGIN_FRAME_MAX_BEFORE_4_1 and isinstance(exc, amqp_exc.AMQPConnectionError):
+                # An older broker (4096 bytes) reset the connection at our start-ok.
+                raise _credentials_too_long(login, size, PRE_LOGIN_FRAME_MAX_BEFORE_4_1) from exc
             endpoints.failed(index)
             host, port = endpoints.address(index)
             failures.append(f"{host}:{port}: {exc!r}")
