@@ -498,7 +498,7 @@ class AmqpSession:
             return
         gate_open = self._gate_open
         if gate_open is not None and not gate_open():
-            if (self._auto_pending or self._individual) and not self._dead():
+            if self._auto_pending and not self._dead():
                 self._waiter = asyncio.ensure_future(self._hold_until_writable())
             return
         pending = self._auto_pending
@@ -546,26 +546,14 @@ class AmqpSession:
             self._waiter = None
 
     async def _hold_until_writable(self) -> None:
-        """The client stopped keeping up: RabbitMQ stops sending this channel more.
-
-        ack:auto deliveries stay unacknowledged, so their window fills; for
-        client-ack consumers, whose prefetch-count may be unlimited, a
-        channel-wide prefetch of 1 (``global`` qos, which RabbitMQ applies to
-        existing consumers at once) holds further deliveries until the client
-        has drained its socket; then the limit is lifted. Once per stall, not
-        per message.
-        """
-        throttled = False
+        """The client stopped keeping up: its ack:auto deliveries stay unacknowledged, so their
+        window fills and RabbitMQ stops sending this channel more; once the client has drained
+        its socket, they are acknowledged. (Client-ack consumers are bounded by their prefetch
+        or their window, see the session: RabbitMQ 4.3 denies the channel-wide QoS that could
+        pause them here.) Once per stall, not per message."""
         try:
-            if self._individual:
-                await self.channel.basic_qos(prefetch_count=1, global_=True)
-                throttled = True
             if self._gate is not None:
                 await self._gate()
-            if throttled and not self._closing and not self._dead():
-                await self.channel.basic_qos(prefetch_count=0, global_=True)
-        except (amqp_exc.AMQPError, amqp_exc.ChannelInvalidStateError, ConnectionError, RuntimeError):
-            return  # the channel or connection is gone; the session hears about it
         finally:
             self._waiter = None
         if self._auto_pending and not self._closing:

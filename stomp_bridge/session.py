@@ -50,6 +50,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+WINDOW_TAG_SEPARATOR = "@@window"  # "@@" never appears in a usable subscription id (message-id)
+
 @dataclass(slots=True)
 class Subscription:
     consumer_tag: str  # T_<id>, Q_<destination>, or T_/temp-queue/<id> (plugin naming)
@@ -60,8 +62,15 @@ class Subscription:
     # Extensions (extensions.py); the defaults cost nothing on the delivery path.
     # ``filter`` sees (and may add to) each MESSAGE's headers; False drops the delivery.
     filter: Callable[[dict[str, str]], bool] | None = None
-    extra_tags: tuple[str, ...] = ()  # more consumers of a composite SUBSCRIBE
+    extra_tags: tuple[str, ...] = ()  # more consumers: a composite SUBSCRIBE's, or a window's
     consuming: bool = True  # False for a finished classic-queue browse
+    unacked: int = 0  # deliveries the client has not settled yet (ack subscriptions)
+    # ack:client/client-individual without prefetch-count: consumed in windows of
+    # client_ack_window deliveries, one consumer more on the queue each time the client holds
+    # all the windows and keeps reading (0: not windowed). See _add_window.
+    window: int = 0
+    growing: bool = False
+    arguments: dict[str, Any] | None = None  # the consume arguments, for more windows
     # MESSAGEs that arrived before the SUBSCRIBE's RECEIPT went out (None: none held); the
     # plugin answers SUBSCRIBE before it handles any delivery, and clients wait for the RECEIPT.
     held: list[bytes] | None = None
@@ -132,6 +141,7 @@ class Session:
         # close() deletes them, so they end with this STOMP connection as under the plugin.
         self.exclusive_queues: list[str] = []
         self.ledger = ReceiptLedger(write, self.counters.confirm_latency.observe)
+        self._tasks: set[asyncio.Task[None]] = set()  # started here, cancelled by close()
 
     # -- entry points used by the transport --------------------------------------
 
@@ -216,6 +226,8 @@ class Session:
     async def close(self) -> None:
         """Release everything the connection holds; idempotent."""
         self.closed = True
+        for task in list(self._tasks):
+            task.cancel()
         self.transactions.clear()
         self.ledger.release_waiters()
         amqp, self.amqp = self.amqp, None
@@ -482,6 +494,9 @@ class Session:
         prefetch = min(hdr.prefetch_count(headers), 65535)
         amqp = self._amqp()
         arguments = hdr.consume_arguments(headers)
+        window = 0
+        if mode != "auto" and prefetch == 0 and not any(k.startswith("x-stream-") for k in arguments):
+            window = prefetch = self.settings.client_ack_window
         if headers.get("browser") == "true":
             await ext.browse(self, frame, tag, destination)
             self._maybe_receipt(frame)
@@ -499,7 +514,8 @@ class Session:
         if self.settings.retained_messages and destination.kind == dest.TOPIC and plan.binding is not None:
             await ext.copy_retained(self, queue, plan.binding)
         await amqp.qos(prefetch)
-        sub = Subscription(tag, destination, queue, ack=mode != "auto", multiple=multiple, filter=hook)
+        sub = Subscription(tag, destination, queue, ack=mode != "auto", multiple=multiple, filter=hook,
+                           window=window, arguments=arguments)
         receipt = frame.headers.get("receipt")
         if receipt is not None:
             sub.held = []
@@ -558,9 +574,12 @@ class Session:
     def _on_server_cancel(self, consumer_tag: str) -> None:
         """RabbitMQ cancelled a consumer (its queue was deleted): the plugin's ERROR; the
         connection and its other subscriptions carry on."""
-        sub = self.subscriptions.pop(consumer_tag, None)
+        sub = self.subscriptions.get(consumer_tag)
         if sub is None:
             return
+        consumer_tag = sub.consumer_tag  # one ERROR per subscription, whichever consumer went
+        for tag in (consumer_tag, *sub.extra_tags):
+            self.subscriptions.pop(tag, None)
         self.fail(
             BrokerError(
                 "Server cancelled subscription",
@@ -595,12 +614,51 @@ class Session:
             return
         if sub.ack:
             self.unacked[delivery_tag] = sub
+            sub.unacked += 1
+            if sub.window and not sub.growing and sub.unacked >= sub.window * (1 + len(sub.extra_tags)):
+                self._add_window(sub)
         self.counters.messages_delivered += 1
         self.counters.frames_out["MESSAGE"] += 1
         if sub.held is not None:
             sub.held.append(self._encode(Frame("MESSAGE", headers, body)))
             return
         self._write(self._encode(Frame("MESSAGE", headers, body)))
+
+    def _add_window(self, sub: Subscription) -> None:
+        """The client holds a whole window of a windowed subscription: one consumer more."""
+        sub.growing = True
+        task = asyncio.ensure_future(self._grow(sub))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _grow(self, sub: Subscription) -> None:
+        """Add a consumer with its own window once the client's socket has room.
+
+        The plugin consumes without a prefetch limit: a client may hold any number of
+        deliveries unacknowledged while it reads on. RabbitMQ 4.3 denies the channel-wide
+        (global) QoS that could pause such a consumer for a client that stops reading, so
+        the bridge consumes in windows instead: RabbitMQ stops at a full window; a client
+        that keeps reading gets another consumer on the same queue (same tag prefix,
+        arguments and priority, deliveries in queue order on the one channel); one that
+        stops reading gets none, and what it costs the bridge stays bounded.
+        """
+        try:
+            if self._wait_writable is not None:
+                await self._wait_writable()
+            if self.closed or self.subscriptions.get(sub.consumer_tag) is not sub:
+                return
+            if sub.unacked < sub.window * (1 + len(sub.extra_tags)):
+                return  # ACKs made room meanwhile
+            amqp = self._amqp()
+            tag = f"{sub.consumer_tag}{WINDOW_TAG_SEPARATOR}{len(sub.extra_tags) + 1}"
+            await amqp.qos(sub.window)
+            self.subscriptions[tag] = sub
+            sub.extra_tags = (*sub.extra_tags, tag)
+            await amqp.consume(sub.queue, tag, no_ack=False, arguments=sub.arguments)
+        except StompError as exc:
+            self.fail(exc)
+        finally:
+            sub.growing = False
 
     # -- ACK / NACK ---------------------------------------------------------------
 
@@ -633,9 +691,10 @@ class Session:
         multiple = sub.multiple
         if multiple:
             for tag in [t for t in self.unacked if t <= delivery_tag]:
-                del self.unacked[tag]
+                self.unacked.pop(tag).unacked -= 1
         else:
             del self.unacked[delivery_tag]
+            sub.unacked -= 1
         amqp = self._amqp()
         if command == "ACK":
             amqp.ack(delivery_tag, multiple)

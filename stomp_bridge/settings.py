@@ -116,6 +116,15 @@ class Settings(BaseSettings):
         description="Bytes queued for a client before the bridge stops acknowledging its deliveries "
         "to RabbitMQ, which then stops sending (prefetch, auto_ack_window): memory stays bounded.",
     )
+    client_ack_window: int = Field(
+        500,
+        ge=1,
+        le=65535,
+        description="An ack:client or client-individual subscription without prefetch-count is "
+        "consumed this many deliveries at a time, one consumer more each time the client holds "
+        "them all unacknowledged and keeps reading (the plugin's unlimited prefetch), none while "
+        "it does not read: what a stalled client costs stays bounded.",
+    )
     max_connections: int = Field(0, ge=0, description="Open STOMP connections at most (0: no limit).")
     max_connections_per_ip: int = Field(0, ge=0, description="Per client address (0: no limit).")
     idle_timeout: float = Field(
