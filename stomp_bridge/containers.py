@@ -30,7 +30,7 @@ STOMP_PORT = 61613
 WS_PORT = 15674
 HTTP_PORT = 9410
 DEFAULT_IMAGE = os.environ.get("STOMP_BRIDGE_IMAGE", f"stomp-bridge:{__version__}")
-RABBITMQ_IMAGE = "rabbitmq:3.13-management"
+RABBITMQ_IMAGE = "rabbitmq:4.3-management"
 RABBITMQ_ALIAS = "rabbitmq"
 USER = PASSWORD = "stomp"
 

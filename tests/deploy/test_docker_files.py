@@ -115,7 +115,7 @@ def test_compose_runs_bridge_after_a_healthy_rabbitmq():
     services = compose()["services"]
     assert set(services) == {"rabbitmq", "stomp-bridge", "prometheus"}
     rabbit, bridge = services["rabbitmq"], services["stomp-bridge"]
-    assert rabbit["image"].startswith("rabbitmq:3.") and rabbit["image"].endswith("-management")
+    assert rabbit["image"].startswith("rabbitmq:4.") and rabbit["image"].endswith("-management")
     assert bridge["build"] == "."
     assert bridge["depends_on"] == {"rabbitmq": {"condition": "service_healthy"}}
     assert "rabbitmq-diagnostics" in rabbit["healthcheck"]["test"]
