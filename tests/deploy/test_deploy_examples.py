@@ -200,7 +200,7 @@ def test_stomp_queue_policy_applies_to_the_bridges_subscription_queues(broker, r
             conn.send("/queue/orders", "x", receipt="sync")  # a round trip: both SUBSCRIBEs are done
             queues = _queues_with_policy_info(rabbit, vhost, count=2)
             conn.disconnect()
-        policies = {q["name"]: q["policy"] for q in queues}
+        policies = {q["name"]: q.get("policy") for q in queues}
         stomp_queues = [name for name in policies if name.startswith("stomp-subscription-")]
         assert len(stomp_queues) == 1, policies
         assert policies[stomp_queues[0]] == "stomp-subscriptions"
@@ -213,12 +213,13 @@ def _queues_with_policy_info(rabbit, vhost: str, count: int) -> list[dict]:
     """The vhost's queues once the management API reports their policy field.
 
     The API fills it from the queues' statistics, emitted every few seconds: poll for that
-    event with a deadline (there is nothing to subscribe to).
+    event with a deadline (there is nothing to subscribe to). RabbitMQ 4.x leaves out the
+    ``policy`` field of a queue without one, but always reports ``effective_policy_definition``.
     """
     deadline = time.monotonic() + 30
     while True:
         queues = rabbit.queues(vhost)
-        if len(queues) >= count and all("policy" in q for q in queues):
+        if len(queues) >= count and all("policy" in q or "effective_policy_definition" in q for q in queues):
             return queues
         assert time.monotonic() < deadline, f"RabbitMQ did not report the queues' policies: {queues}"
         time.sleep(0.2)
