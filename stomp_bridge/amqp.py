@@ -605,6 +605,25 @@ class AmqpSession:
         except ValueError as exc:  # pamqp refuses a name or value it cannot encode
             raise ProtocolError("Invalid header", f"RabbitMQ cannot be sent this value: {exc}") from exc
 
+    # -- exclusive queues belong to the session, not to the shared connection ------------
+
+    def _check_exclusive(self, queue: str) -> None:
+        """Another session's exclusive queue on this connection: RabbitMQ's own answer to another
+        connection, which is what the plugin's client gets (a channel error: the session ends)."""
+        owner = self.shared.exclusive.get(queue)
+        if owner is not None and owner != self._channel_number:
+            raise BrokerError(
+                "resource_locked",
+                f"RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '{queue}' in vhost "
+                f"'{self.shared.key[2]}'. It could be originally declared on another connection or the "
+                "exclusive property value does not match that of the original declaration.",
+            )
+
+    def release_exclusive(self, queue: str) -> None:
+        """``queue`` is gone (deleted, or an auto-delete queue lost its last consumer)."""
+        if self.shared.exclusive.get(queue) == self._channel_number:
+            del self.shared.exclusive[queue]
+
     async def declare_queue(
         self,
         name: str,
@@ -615,6 +634,8 @@ class AmqpSession:
         auto_delete: bool = False,
         arguments: dict[str, Any] | None = None,
     ) -> str:
+        if name:
+            self._check_exclusive(name)
         ok = await self._rpc(
             self.channel.queue_declare,
             name,
@@ -624,13 +645,18 @@ class AmqpSession:
             auto_delete=auto_delete,
             arguments=arguments or None,
         )
+        if exclusive and not passive:
+            self.shared.exclusive[ok.queue] = self._channel_number
         return ok.queue
 
     async def bind(self, queue: str, exchange: str, routing_key: str) -> None:
+        self._check_exclusive(queue)
         await self._rpc(self.channel.queue_bind, queue, exchange, routing_key=routing_key)
 
     async def delete_queue(self, queue: str) -> None:
+        self._check_exclusive(queue)
         await self._rpc(self.channel.queue_delete, queue)
+        self.release_exclusive(queue)
 
     async def qos(self, prefetch_count: int) -> None:
         """The prefetch for consumers created after it (RabbitMQ's per-consumer qos)."""
@@ -651,6 +677,7 @@ class AmqpSession:
         Except on a stream (``x-stream-…`` arguments): RabbitMQ refuses ack:auto
         there, and the client must get that refusal as from the plugin.
         """
+        self._check_exclusive(queue)
         bridge_acks = no_ack and not (arguments and any(k.startswith("x-stream-") for k in arguments))
         if bridge_acks:
             await self.qos(self._auto_window)
@@ -676,6 +703,7 @@ class AmqpSession:
     async def get(self, queue: str) -> tuple[int, bool, str, str, dict[str, Any], bytes] | None:
         """basic.get without auto-ack (browsing): (delivery tag, redelivered, exchange, routing
         key, properties, body), or None when the queue is empty."""
+        self._check_exclusive(queue)
         self._individual = True  # a multiple ack of our own would take the browsed messages
         message = await self._rpc(self.channel.basic_get, queue, no_ack=False)
         frame = message.delivery
@@ -690,6 +718,7 @@ class AmqpSession:
         """The first message of ``queue`` left in place, or None if it is empty or missing: read
         on a short-lived channel, whose close hands the message back (and whose NOT_FOUND does
         not close the session's channel)."""
+        self._check_exclusive(queue)
         await self.flush()
         shared = self.shared
         number = shared.free_number()
@@ -754,6 +783,9 @@ class AmqpSession:
             log.debug("amqp channel close failed: %r", exc)
         finally:
             shared.hooks.channels.pop(self._channel_number, None)
+            mine = [queue for queue, owner in shared.exclusive.items() if owner == self._channel_number]
+            for queue in mine:  # deleted by the session, or gone with the channel's consumers
+                del shared.exclusive[queue]
             if shared.sessions.get(self._channel_number) is self:
                 del shared.sessions[self._channel_number]
                 await self.pool.release(shared)

@@ -8,16 +8,26 @@ connections, up to ``amqp_channels_per_connection`` channels each; a full
 connection makes the next login open another, and a connection closes when
 its last session leaves.
 
-Credentials. A connection is shared only by logins whose user, passcode and
-vhost equal those RabbitMQ accepted when that connection opened (the passcode
-is compared through an HMAC with a per-process key, never kept as a key in
-clear). A login that differs in any of them opens its own connection, so
-RabbitMQ checks it. RabbitMQ itself checks credentials only when a connection
-opens; a shared connection therefore stops taking new sessions once it is
-``amqp_login_reuse_seconds`` old, after which the next login opens (and so
-authenticates) a new one: a changed password or a deleted user takes effect
-for new STOMP logins within that time, while sessions already open continue,
-as they would on their own AMQP connection.
+Credentials. Every login is RabbitMQ's decision, as under the plugin: RabbitMQ
+checks credentials only when a connection opens, so a login that would join an
+existing connection is first checked by opening (and closing) a connection of
+its own with the same user, passcode and vhost; only if RabbitMQ accepts it
+does the session take a channel on the shared one. A changed password, a
+deleted user or a revoked vhost permission is therefore refused at the very next
+login, while sessions already open continue, as they would on their own AMQP
+connection. ``amqp_login_cache_seconds`` (0 by default: no cache) lets a login
+that RabbitMQ accepted that recently skip the check: that is the one window in
+which a revoked credential still logs in. A connection is shared only by
+logins whose user, passcode and vhost are identical (the passcode is compared
+through an HMAC with a per-process key, never kept in clear), and it stops
+taking new sessions once it is ``amqp_login_reuse_seconds`` old, which spreads
+logins over the nodes again after a failover.
+
+Exclusivity. RabbitMQ ties an exclusive queue to its AMQP connection, which
+other STOMP sessions may share; the plugin ties it to the STOMP connection. So
+each connection records which channel declared each of its exclusive queues,
+and another session touching one of them (consume, declare, bind, delete, get)
+gets RabbitMQ's own RESOURCE_LOCKED answer instead, as it would from the plugin.
 
 Isolation. A channel error (404, 403, 406 …) closes only that channel, so it
 ends only its STOMP session; losing or closing the connection ends every
@@ -56,7 +66,7 @@ class SharedConnection:
 
     __slots__ = (
         "key", "connection", "hooks", "sessions", "reserved", "opened_at", "cap", "channel_max", "_cursor",
-        "retired",
+        "retired", "exclusive",
     )
 
     def __init__(self, key: tuple, connection: aiormq.Connection, hooks: Hooks, cap: int, now: float) -> None:
@@ -70,6 +80,7 @@ class SharedConnection:
         self.cap = max(1, min(cap, self.channel_max))  # sessions; a short-lived extra channel may pass it
         self._cursor = 0
         self.retired = False  # lost, closing, or no longer offered to new sessions
+        self.exclusive: dict[str, int] = {}  # exclusive queue -> channel number of its session
 
     def free_number(self) -> int:
         """A channel number up to channel_max that neither we nor aiormq hold (a closing
@@ -107,13 +118,17 @@ class AmqpPool:
 
     def __init__(
         self, opener: Opener, *, channels_per_connection: int = 64, min_connections: int = 1,
-        reuse_seconds: float = 300.0, auto_ack_window: int = 500, clock: Callable[[], float] = monotonic,
+        reuse_seconds: float = 300.0, auto_ack_window: int = 500, login_cache_seconds: float = 0.0,
+        clock: Callable[[], float] = monotonic,
     ) -> None:
         self.min_connections = max(1, min_connections)
         self._opener = opener
         self.auto_ack_window = auto_ack_window  # read by each session (amqp.AmqpSession)
         self.channels_per_connection = max(1, channels_per_connection)
         self.reuse_seconds = reuse_seconds
+        self.login_cache_seconds = login_cache_seconds
+        self._accepted: dict[tuple, float] = {}  # key -> when RabbitMQ last accepted it (cache only)
+        self.login_checks = 0  # logins RabbitMQ checked before they joined a shared connection
         self._clock = clock
         self._connections: dict[tuple, list[SharedConnection]] = {}
         self._opening: dict[tuple, asyncio.Future[SharedConnection]] = {}
@@ -145,6 +160,7 @@ class AmqpPool:
         # EXTERNAL logins (the user is a certificate the bridge signed) never share with
         # password logins of the same name: RabbitMQ checked a different credential.
         key = (login, _digest(passcode), vhost, external)
+        checked = False
         while True:
             now = self._clock()
             fresh = [shared for shared in self._connections.get(key, ()) if self._fresh(shared, now)]
@@ -153,6 +169,12 @@ class AmqpPool:
             if opening is None and (len(fresh) < self.min_connections or not roomy):
                 break  # open one
             if roomy:
+                if not checked and not self._cached(key, now):
+                    # RabbitMQ accepted these credentials when that connection opened, which
+                    # says nothing about now: ask it again (raises its refusal).
+                    await self._check(key, login, passcode, vhost, client_name, context, external)
+                    checked = True
+                    continue  # the connections may have changed meanwhile
                 shared = min(roomy, key=_load)
                 shared.reserved += 1
                 return shared
@@ -173,12 +195,40 @@ class AmqpPool:
             raise
         finally:
             self._opening.pop(key, None)
+        self._accept(key)
         shared = SharedConnection(key, connection, hooks, self.channels_per_connection, self._clock())
         connection.closing.add_done_callback(shared.lost)
         self._connections.setdefault(key, []).append(shared)
         future.set_result(shared)
         shared.reserved += 1  # the opener's slot, whatever the reuse time says
         return shared
+
+    def _cached(self, key: tuple, now: float) -> bool:
+        cache = self.login_cache_seconds
+        accepted = self._accepted.get(key)
+        return cache > 0 and accepted is not None and now - accepted < cache
+
+    def _accept(self, key: tuple) -> None:
+        if self.login_cache_seconds > 0:
+            now = self._clock()
+            if len(self._accepted) > 10_000:  # forget what the cache no longer covers
+                self._accepted = {k: t for k, t in self._accepted.items() if now - t < self.login_cache_seconds}
+            self._accepted[key] = now
+
+    async def _check(
+        self, key: tuple, login: str, passcode: str, vhost: str, client_name: str, context: Any,
+        external: bool,
+    ) -> None:
+        """RabbitMQ's verdict on a login: a connection of its own, opened and closed at once."""
+        self.login_checks += 1
+        connection, _ = await self._opener(
+            login, passcode, vhost, f"{client_name} login check", context=context, external=external
+        )
+        self._accept(key)
+        try:
+            await asyncio.wait_for(connection.close(), timeout=5)
+        except Exception as exc:  # noqa: BLE001 - RabbitMQ answered the login; that is what counts
+            log.debug("amqp close after a login check failed: %r", exc)
 
     async def release(self, shared: SharedConnection) -> None:
         """Give back a slot; the last session out closes the connection."""

@@ -349,6 +349,7 @@ class BridgeServer:
             min_connections=settings.amqp_min_connections_per_login,
             reuse_seconds=settings.amqp_login_reuse_seconds,
             auto_ack_window=settings.auto_ack_window,
+            login_cache_seconds=settings.amqp_login_cache_seconds,
         )
         self.metrics = Metrics(self._live)
         self.counters = self.metrics.counters

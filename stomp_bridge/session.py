@@ -139,7 +139,7 @@ class Session:
         self.client_id: str | None = None  # Artemis durable subscriptions
         # Exclusive queues belong to the AMQP connection, which other sessions may share:
         # close() deletes them, so they end with this STOMP connection as under the plugin.
-        self.exclusive_queues: list[str] = []
+        self.exclusive_queues: dict[str, bool] = {}  # name -> auto-delete
         self.ledger = ReceiptLedger(write, self.counters.confirm_latency.observe)
         self._tasks: set[asyncio.Task[None]] = set()  # started here, cancelled by close()
 
@@ -450,7 +450,7 @@ class Session:
         if plan.once_per_session:
             self.declared_queues.add(plan.queue)
         if plan.exclusive:
-            self.exclusive_queues.append(name)
+            self.exclusive_queues[name] = plan.auto_delete
         return name
 
     async def _reply_queue(self, temp_id: str) -> str:
@@ -566,6 +566,10 @@ class Session:
         for extra in sub.extra_tags:
             await amqp.cancel(extra)
             self.subscriptions.pop(extra, None)
+        if self.exclusive_queues.get(sub.queue) and all(s.queue != sub.queue for s in self.subscriptions.values()):
+            # an auto-delete queue went with its last consumer: its name is free again
+            del self.exclusive_queues[sub.queue]
+            amqp.release_exclusive(sub.queue)
         doomed = dest.durable_queue_to_delete(sub.destination, headers) or ext.queue_to_delete(self, headers)
         if doomed is not None:
             await amqp.delete_queue(doomed)

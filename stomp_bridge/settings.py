@@ -208,9 +208,17 @@ class Settings(BaseSettings):
     amqp_login_reuse_seconds: float = Field(
         300.0,
         ge=0,
-        description="A shared AMQP connection takes new STOMP logins for this long after RabbitMQ "
-        "authenticated it; later logins open (and authenticate) a new one, so a changed password "
-        "or deleted user applies to new logins within this time.",
+        description="A shared AMQP connection takes new STOMP sessions for this long after it "
+        "opened; later ones open a new connection (spreading logins over the nodes again after a "
+        "failover). Every login is checked by RabbitMQ either way.",
+    )
+    amqp_login_cache_seconds: float = Field(
+        0.0,
+        ge=0,
+        description="A login (user, passcode, vhost) that RabbitMQ accepted this recently joins a "
+        "shared AMQP connection without RabbitMQ checking it again; 0 (the default): every STOMP "
+        "login is checked by RabbitMQ, so a revoked credential never logs in. The only window in "
+        "which one could (README, 'What the bridge caches').",
     )
     auto_ack_window: int = Field(
         500,

@@ -28,18 +28,31 @@ class FakeConnection:
 class Opener:
     def __init__(self, fail: BaseException | None = None, channel_max: int = 2047) -> None:
         self.calls: list[tuple[str, str, str]] = []
+        self.names: list[str] = []
+        self.made: list[FakeConnection] = []
         self.fail = fail
         self.channel_max = channel_max
         self.gate: asyncio.Event | None = None
 
     async def __call__(self, login, passcode, vhost, name, **tls):
         self.calls.append((login, passcode, vhost))
+        self.names.append(name)
         self.tls = tls
         if self.gate is not None:
             await self.gate.wait()
         if self.fail is not None:
             raise self.fail
-        return FakeConnection(asyncio.get_running_loop(), self.channel_max), Hooks()
+        self.made.append(FakeConnection(asyncio.get_running_loop(), self.channel_max))
+        return self.made[-1], Hooks()
+
+    @property
+    def opened(self) -> int:
+        """Connections opened to be shared (not the login checks)."""
+        return sum(not name.endswith("login check") for name in self.names)
+
+    @property
+    def checks(self) -> int:
+        return sum(name.endswith("login check") for name in self.names)
 
 
 def run(coro):
@@ -53,7 +66,8 @@ def test_same_credentials_share_until_the_cap_then_a_new_connection_opens():
         a = await pool.acquire("u", "p", "/", "c")
         b = await pool.acquire("u", "p", "/", "c")
         c = await pool.acquire("u", "p", "/", "c")
-        assert a is b and c is not a and len(opener.calls) == 2
+        assert a is b and c is not a and opener.opened == 2
+        assert opener.checks == pool.login_checks == 1  # b joined a: RabbitMQ checked b first
         return pool, a, c
 
     run(main())
@@ -94,7 +108,9 @@ def test_a_burst_of_logins_opens_one_connection_and_a_refusal_reaches_each_as_it
         await asyncio.sleep(0)
         opener.gate.set()
         shared = await asyncio.gather(*tasks)
-        assert len(opener.calls) == 1 and all(s is shared[0] for s in shared)
+        assert opener.opened == 1 and all(s is shared[0] for s in shared)
+        assert opener.checks == 19, "every login that joins the connection is checked by RabbitMQ"
+        assert all(c.is_closed for c in opener.made[1:]), "a login check's connection is closed"
         assert shared[0].reserved == 20
 
         refusing = Opener(fail=AccessRefused("Bad CONNECT", "Access refused for user 'x'\n"))
@@ -134,7 +150,7 @@ def test_an_old_connection_keeps_its_sessions_but_takes_no_new_login():
         assert await pool.acquire("u", "p", "/", "c") is first
         now[0] = 61
         fresh = await pool.acquire("u", "p", "/", "c")
-        assert fresh is not first and len(opener.calls) == 2
+        assert fresh is not first and opener.opened == 2
         assert not first.connection.is_closed and first.reserved == 2
 
     run(main())
@@ -182,5 +198,41 @@ def test_the_first_sessions_of_a_login_get_their_own_connections_then_share_the_
         assert len(opener.calls) == 4
         more = [await pool.acquire("u", "p", "/", "c") for _ in range(6)]
         assert sorted(s.reserved for s in {id(s): s for s in more}.values()) == [3, 3, 3]
+
+    run(main())
+
+
+def test_a_login_rabbitmq_now_refuses_never_joins_a_connection_opened_for_it_earlier():
+    """The password changed (or the user was deleted, or lost the vhost) after the shared
+    connection opened: the next login is RabbitMQ's decision, not the connection's."""
+    async def main():
+        opener = Opener()
+        pool = AmqpPool(opener)
+        shared = await pool.acquire("u", "p", "/", "c")
+        opener.fail = AccessRefused("Bad CONNECT", "Access refused for user 'u'")
+        with pytest.raises(AccessRefused):
+            await pool.acquire("u", "p", "/", "c")
+        assert shared.reserved == 1 and opener.checks == 1
+
+    run(main())
+
+
+def test_the_login_cache_skips_the_check_only_within_its_time():
+    async def main():
+        now = [0.0]
+        opener = Opener()
+        pool = AmqpPool(opener, login_cache_seconds=10, clock=lambda: now[0])
+        first = await pool.acquire("u", "p", "/", "c")
+        now[0] = 9
+        assert await pool.acquire("u", "p", "/", "c") is first
+        assert opener.checks == 0, "accepted 9 s ago: cached"
+        now[0] = 20
+        assert await pool.acquire("u", "p", "/", "c") is first
+        assert opener.checks == 1, "the cache ran out: RabbitMQ checks it again"
+        now[0] = 25
+        await pool.acquire("u", "p", "/", "c")
+        assert opener.checks == 1, "that check renewed the cache"
+        await pool.acquire("u", "other", "/", "c")
+        assert opener.opened == 2, "another passcode never rides on the cache"
 
     run(main())
