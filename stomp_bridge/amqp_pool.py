@@ -111,6 +111,7 @@ def _load(shared: SharedConnection) -> int:
 
 
 Opener = Callable[..., Any]  # async (login, passcode, vhost, client_name) -> (aiormq.Connection, Hooks)
+Checker = Callable[..., Any]  # async (login, passcode, vhost, client_name): raises RabbitMQ's refusal
 
 
 class AmqpPool:
@@ -119,10 +120,11 @@ class AmqpPool:
     def __init__(
         self, opener: Opener, *, channels_per_connection: int = 64, min_connections: int = 1,
         reuse_seconds: float = 300.0, auto_ack_window: int = 500, login_cache_seconds: float = 0.0,
-        clock: Callable[[], float] = monotonic,
+        checker: Checker | None = None, clock: Callable[[], float] = monotonic,
     ) -> None:
         self.min_connections = max(1, min_connections)
         self._opener = opener
+        self._checker = checker
         self.auto_ack_window = auto_ack_window  # read by each session (amqp.AmqpSession)
         self.channels_per_connection = max(1, channels_per_connection)
         self.reuse_seconds = reuse_seconds
@@ -219,11 +221,15 @@ class AmqpPool:
         self, key: tuple, login: str, passcode: str, vhost: str, client_name: str, context: Any,
         external: bool,
     ) -> None:
-        """RabbitMQ's verdict on a login: a connection of its own, opened and closed at once."""
+        """RabbitMQ's verdict on a login: a connection of its own, opened and closed at once
+        (``checker``: the bare AMQP handshake; without one, the opener's connection)."""
         self.login_checks += 1
-        connection, _ = await self._opener(
-            login, passcode, vhost, f"{client_name} login check", context=context, external=external
-        )
+        name = f"{client_name} login check"
+        if self._checker is not None:
+            await self._checker(login, passcode, vhost, name, context=context, external=external)
+            self._accept(key)
+            return
+        connection, _ = await self._opener(login, passcode, vhost, name, context=context, external=external)
         self._accept(key)
         try:
             await asyncio.wait_for(connection.close(), timeout=5)
