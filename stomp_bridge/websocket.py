@@ -61,8 +61,13 @@ class WebSocketLink(asyncio.Protocol):
         self.server = server
         self.settings = settings
         self.loop = asyncio.get_running_loop()
+        # max_size bounds a message, across its fragments, from each frame's header: more is
+        # refused unread (1009). No extension is negotiated, so no permessage-deflate (which
+        # web-stomp offers): a compressed message is a protocol error (1002) and nothing is
+        # ever inflated. (websockets would inflate at most max_size, should this change.)
         self.ws = ServerProtocol(
             select_subprotocol=lambda _, offered: rules.select_subprotocol(offered),
+            extensions=None,
             max_size=settings.ws_max_message_size or settings.max_frame_size,
             logger=_wire_log,
         )

@@ -3,11 +3,20 @@
 Serializing runs for every MESSAGE the bridge delivers, so it builds each frame
 with one ``str.join`` and one ``bytes.join`` and only escapes a header name or
 value after a precompiled regex has found a character that needs it.
+
+A MESSAGE's headers come from other clients (a STOMP producer's SEND headers, an
+AMQP producer's headers table, properties and routing key), so no header may
+change the frame's structure: EOLs and colons are escaped (or refused where the
+version has no escape), and what no version can carry is left out: a NUL, which
+a client that reads a frame up to its NUL (stomp.py, PHP's stomp) would take as
+the frame's end, reading the rest as a frame of the producer's making; and an
+empty name, outside the grammar, which strict parsers refuse.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 CONNECT = "CONNECT"
@@ -47,12 +56,13 @@ CONTENT_LENGTH = "content-length"
 # STOMP 1.1: \\ \n \c are the escapes; STOMP 1.2 adds \r.
 _ESCAPE_11 = str.maketrans({"\\": "\\\\", "\n": "\\n", ":": "\\c"})
 _ESCAPE_12 = str.maketrans({"\\": "\\\\", "\n": "\\n", ":": "\\c", "\r": "\\r"})
-# For 1.1 this also finds \r, which 1.1 cannot escape, so the slow path can refuse it.
-_SPECIAL = re.compile(r"[\\\n\r:]").search
+# For 1.1 this also finds \r, which 1.1 cannot escape, so the slow path can refuse it,
+# and NUL, which no version can carry, so the slow path can leave its header out.
+_SPECIAL = re.compile(r"[\\\n\r:\0]").search
 # Without escaping (1.0, handshake frames) EOLs would end the header line early,
 # and a colon in a name would move the name/value split.
-_UNREPRESENTABLE_NAME = re.compile(r"[\n\r:]").search
-_UNREPRESENTABLE_VALUE = re.compile(r"[\n\r]").search
+_UNREPRESENTABLE_NAME = re.compile(r"[\n\r:\0]").search
+_UNREPRESENTABLE_VALUE = re.compile(r"[\n\r\0]").search
 
 
 @dataclass(slots=True)
@@ -60,6 +70,31 @@ class Frame:
     command: str
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
+
+
+def _carried(
+    headers: dict[str, str],
+    table: dict[int, str] | None,
+    version: str,
+    name_special: Callable[[str], object],
+    value_special: Callable[[str], object],
+) -> dict[str, str]:
+    """The slow path: ``headers`` escaped for ``version``, without those it cannot carry.
+
+    STOMP has no escape for NUL in any version (1.2: "header-name = 1*<any OCTET except
+    CR or LF or ':'>" does not exclude it, but a NUL-reading client ends the frame there)
+    and no empty header name; such a header is left out, as the plugin leaves out AMQP
+    header values it cannot show (tables, floats, booleans), rather than replaced by
+    something that could pass for another value.
+    """
+    out = {}
+    for k, v in headers.items():
+        if not k or "\0" in k or "\0" in v:
+            continue
+        out[_escape(k, table, version) if name_special(k) else k] = (
+            _escape(v, table, version) if value_special(v) else v
+        )
+    return out
 
 
 def _escape(text: str, table: dict[int, str] | None, version: str) -> str:
@@ -79,7 +114,8 @@ END_LF = b"\0\n"
 
 def receipt_frame(receipt_id: str, end: bytes = END) -> bytes | None:
     """``serialize(Frame("RECEIPT", {"receipt-id": receipt_id}), v, end)`` for every version,
-    when the id needs no escaping (the usual case; None otherwise): one per receipted SEND."""
+    when the id needs no escaping nor leaving out (the usual case; None otherwise): one per
+    receipted SEND."""
     if _SPECIAL(receipt_id) is not None:
         return None
     return b"RECEIPT\nreceipt-id:" + receipt_id.encode() + b"\n\n" + end
@@ -93,7 +129,8 @@ def serialize(frame: Frame, version: str = "1.2", end: bytes = END) -> bytes:
     replaced by the real body length (and left out for an empty body), so a
     body may hold NUL octets. A header that the version cannot carry (an EOL
     where there is no escaping, or CR in 1.1) raises :class:`ValueError` rather
-    than letting it split the header block.
+    than letting it split the header block; one that no version can carry (NUL
+    in its name or value, an empty name) is left out.
     """
     command = frame.command
     if version == "1.2" and command not in UNESCAPED_COMMANDS:
@@ -112,14 +149,9 @@ def serialize(frame: Frame, version: str = "1.2", end: bytes = END) -> bytes:
     if CONTENT_LENGTH in headers:
         headers = {k: v for k, v in headers.items() if k != CONTENT_LENGTH}
     # Two scans over all names and all values spare a per-header check when,
-    # as usual, nothing needs escaping.
-    if name_special("".join(headers)) or value_special("".join(headers.values())):
-        headers = {
-            (_escape(k, table, version) if name_special(k) else k): (
-                _escape(v, table, version) if value_special(v) else v
-            )
-            for k, v in headers.items()
-        }
+    # as usual, nothing needs escaping or leaving out.
+    if name_special("".join(headers)) or value_special("".join(headers.values())) or "" in headers:
+        headers = _carried(headers, table, version, name_special, value_special)
     body = frame.body
     head = "".join([f"{k}:{v}\n" for k, v in headers.items()])
     trailer = f"content-length:{len(body)}\n\n" if body else "\n"

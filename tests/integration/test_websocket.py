@@ -13,10 +13,12 @@ import re
 import signal
 import socket
 import ssl
+import struct
 import subprocess
 import time
 import urllib.error
 import urllib.request
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -453,3 +455,168 @@ def test_proxy_protocol_header_before_the_upgrade_names_the_client(ws_bridge):
         open_ws(server)
     _, text = get(server, "/metrics")
     assert metric(text, "stomp_bridge_connections_refused_total", '{limit="proxy_protocol"}') == 1
+
+
+# -- message bombs ------------------------------------------------------------------------
+#
+# The endpoint negotiates no extension, so no permessage-deflate (web-stomp compresses by
+# default): there is nothing to inflate. A message sent compressed anyway (RSV1 set) is a
+# protocol error (RFC 6455 §5.2: 1002), refused after reading at most ws_max_message_size
+# compressed bytes; an uncompressed message over that limit is refused at the frame header,
+# or at the fragment that passes it (1009), unread. Each runs on a bridge process of its own
+# (uvloop, as deployed) whose peak RSS is read from /proc, while a bystander on the same
+# bridge is served.
+
+BOMB = 256 * 1024 * 1024  # what the compressed message would inflate to
+ANNOUNCED = 1 << 30  # the uncompressed message's announced length
+STREAMED = 64 * 1024 * 1024  # at most this much of it is written before the bridge closes
+PEAK_GROWTH = 32 * 1024 * 1024  # the bridge's peak RSS may grow by less than this
+
+
+def memory(pid: int) -> tuple[int, int]:
+    """(VmRSS, VmHWM) of a process, in bytes: now and at its peak."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            fields[key] = int(value.split()[0]) * 1024
+    return fields["VmRSS"], fields["VmHWM"]
+
+
+@contextmanager
+def bridge_process(broker, **env: str) -> Iterator[tuple[int, int]]:
+    """A bridge of its own, as the CLI runs it: (pid, ws_port)."""
+    process = CliProcess(["--port", "0", "--amqp-url", broker.amqp_url], env)
+    try:
+        line = process.wait_line("stomp-bridge listening", CLI_START_TIMEOUT)
+        port = re.search(r"ws_port=(\d+)", line)
+        assert port is not None, line
+        yield process.proc.pid, int(port.group(1))
+    finally:
+        process.stop()
+
+
+@contextmanager
+def ws_client(port: int, **kwargs) -> Iterator[ClientConnection]:
+    with connect(f"ws://127.0.0.1:{port}/ws", subprotocols=["v12.stomp"], open_timeout=TIMEOUT, **kwargs) as ws:
+        ws.send(CONNECT)
+        reply = ws.recv(timeout=LOGIN_TIMEOUT)
+        assert command_of(reply) == "CONNECTED", reply
+        yield ws
+
+
+class Bystander:
+    """Another client of the same bridge: each round trip is a SEND it gets back as MESSAGE."""
+
+    def __init__(self, ws: ClientConnection, topic: str) -> None:
+        self.ws, self.topic, self.trips = ws, topic, 0
+        ws.send(frame("SUBSCRIBE", {"id": "s", "destination": topic, "receipt": "sub"}))
+        assert header(ws.recv(timeout=TIMEOUT), "receipt-id") == "sub"
+
+    def round_trip(self) -> None:
+        self.trips += 1
+        body = f"still served {self.trips}"
+        self.ws.send(frame("SEND", {"destination": self.topic}, body))
+        message = self.ws.recv(timeout=TIMEOUT)
+        assert command_of(message) == "MESSAGE" and body in message, message
+
+
+def ws_frame(head1: int, payload: bytes, length: int | None = None) -> bytes:
+    """A client's frame as written by hand (websockets' own serializer refuses RSV1 without
+    the extension): ``head1`` holds FIN, RSV1 and the opcode; ``length`` may announce more than
+    ``payload``. The zero mask key leaves the payload as it is."""
+    n = len(payload) if length is None else length
+    if n < 126:
+        head = struct.pack("!BB", head1, 0x80 | n)
+    elif n < 65536:
+        head = struct.pack("!BBH", head1, 0x80 | 126, n)
+    else:
+        head = struct.pack("!BBQ", head1, 0x80 | 127, n)
+    return head + bytes(4) + payload
+
+
+FIN, RSV1, CONT, TEXT = 0x80, 0x40, 0x0, 0x1
+BOMB_SEND = frame("SEND", {"destination": "/topic/ws-bomb"})[:-1]  # a SEND whose body never ends
+
+
+def deflate_bomb(size: int) -> bytes:
+    """A permessage-deflate payload (RFC 7692 §7.2.1) that inflates to ``size`` zero bytes."""
+    compressor = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+    chunk = bytes(1 << 20)
+    data = b"".join(compressor.compress(chunk) for _ in range(size >> 20))
+    data += compressor.flush(zlib.Z_SYNC_FLUSH)
+    assert data.endswith(b"\x00\x00\xff\xff")
+    return data[:-4]
+
+
+def write_until_closed(sock: socket.socket, chunks: Iterator[bytes]) -> int:
+    """Write ``chunks`` until the bridge's close stops them; the bytes written."""
+    written = 0
+    try:
+        for chunk in chunks:
+            sock.sendall(chunk)
+            written += len(chunk)
+    except OSError:
+        pass  # the bridge closed the connection while we were still writing: the point
+    return written
+
+
+def test_permessage_deflate_is_not_negotiated(ws_bridge):
+    server = ws_bridge()
+    with open_ws(server, compression="deflate") as ws:  # offers permessage-deflate
+        assert "Sec-WebSocket-Extensions" not in ws.response.headers
+        assert ws.protocol.extensions == []
+
+
+def test_a_compressed_message_bomb_is_refused_uninflated_and_costs_only_its_client(broker, unique):
+    payload = deflate_bomb(BOMB)
+    bomb = ws_frame(FIN | RSV1 | TEXT, payload)
+    with bridge_process(broker) as (pid, port):
+        with ws_client(port) as other, ws_client(port, compression="deflate") as attacker:
+            bystander = Bystander(other, f"/topic/ws-bomb-{unique}")
+            bystander.round_trip()
+            before = memory(pid)
+            attacker.socket.sendall(bomb[: len(bomb) // 2])
+            bystander.round_trip()  # served while the bomb is half in
+            attacker.socket.sendall(bomb[len(bomb) // 2:])
+            received, closed = recv_until_closed(attacker)
+            after = memory(pid)
+            bystander.round_trip()
+    print(f"\ncompressed bomb: {len(payload)} bytes inflating to {BOMB}; bridge RSS {before[0]} -> {after[0]}, "
+          f"peak {before[1]} -> {after[1]} (+{after[1] - before[1]})")
+    assert [header(m, "message") for m in received] == ["Invalid WebSocket frame"]
+    assert "reserved bits" in received[0]
+    assert closed.rcvd is not None and closed.rcvd.code == 1002
+    assert after[1] - before[1] < PEAK_GROWTH
+
+
+def _one_frame() -> Iterator[bytes]:
+    yield ws_frame(FIN | TEXT, BOMB_SEND, length=ANNOUNCED)
+    chunk = b"x" * 65536
+    for _ in range(STREAMED // len(chunk)):
+        yield chunk
+
+
+def _fragments() -> Iterator[bytes]:
+    chunk = b"x" * 65536
+    yield ws_frame(TEXT, BOMB_SEND)
+    for _ in range(STREAMED // len(chunk)):
+        yield ws_frame(CONT, chunk)
+
+
+@pytest.mark.parametrize("chunks", [_one_frame, _fragments], ids=["one-frame", "fragments"])
+def test_an_oversized_message_is_cut_off_unbuffered_with_1009_and_costs_only_its_client(broker, unique, chunks):
+    limit = 1024 * 1024  # below max_frame_size: the WebSocket limit, not STOMP's, ends it
+    with bridge_process(broker, STOMP_BRIDGE_WS_MAX_MESSAGE_SIZE=str(limit)) as (pid, port):
+        with ws_client(port) as other, ws_client(port) as attacker:
+            bystander = Bystander(other, f"/topic/ws-big-{unique}")
+            before = memory(pid)
+            written = write_until_closed(attacker.socket, chunks())
+            received, closed = recv_until_closed(attacker)
+            after = memory(pid)
+            bystander.round_trip()
+    print(f"\n{chunks.__name__}: {written} bytes written before the close; bridge RSS "
+          f"{before[0]} -> {after[0]}, peak {before[1]} -> {after[1]} (+{after[1] - before[1]})")
+    assert [header(m, "message") for m in received] == ["Frame too large"]
+    assert closed.rcvd is not None and closed.rcvd.code == 1009
+    assert after[1] - before[1] < PEAK_GROWTH

@@ -120,18 +120,19 @@ def _chars(excluded: str = "") -> st.SearchStrategy[str]:
     return st.characters(blacklist_categories=("Cs",), blacklist_characters=excluded)
 
 
-_text = st.text(_chars(), max_size=20)
+# No version carries NUL in a header (see the injection tests below).
+_text = st.text(_chars("\0"), max_size=20)
 _commands = st.sampled_from(sorted(CLIENT_COMMANDS | SERVER_COMMANDS))
 
 
 def _representable(command: str, version: str):
     """Headers that ``version`` can carry for ``command``."""
     if version == "1.0" or command in UNESCAPED_COMMANDS:
-        names = st.text(_chars("\n\r:"), min_size=1, max_size=12)
-        values = st.text(_chars("\n\r"), max_size=20)
+        names = st.text(_chars("\0\n\r:"), min_size=1, max_size=12)
+        values = st.text(_chars("\0\n\r"), max_size=20)
     elif version == "1.1":
-        names = st.text(_chars("\r"), min_size=1, max_size=12)
-        values = st.text(_chars("\r"), max_size=20)
+        names = st.text(_chars("\0\r"), min_size=1, max_size=12)
+        values = st.text(_chars("\0\r"), max_size=20)
     else:
         names, values = _text.filter(bool), _text
     return st.dictionaries(names.filter(lambda n: n != "content-length"), values, max_size=6)
@@ -168,13 +169,95 @@ def test_serialized_frames_back_to_back_parse_in_order(cases):
         assert [(f.command, f.body) for f in parsed] == [(f.command, f.body) for f in chosen]
 
 
-@pytest.mark.parametrize("receipt_id", ["r-1", "message-12345", "", "ünï", "a b", "x\x00y"])
+@pytest.mark.parametrize("receipt_id", ["r-1", "message-12345", "", "ünï", "a b"])
 @pytest.mark.parametrize("version", ["1.0", "1.1", "1.2"])
 def test_receipt_fast_path_is_what_serialize_writes(receipt_id, version):
     expected = serialize(Frame("RECEIPT", {"receipt-id": receipt_id}), "1.2" if version == "1.0" else version)
     assert receipt_frame(receipt_id) == expected
 
 
-@pytest.mark.parametrize("receipt_id", ["a:b", "a\\b", "a\nb", "a\rb"])
-def test_receipt_ids_that_need_escaping_take_the_general_path(receipt_id):
+@pytest.mark.parametrize("receipt_id", ["a:b", "a\\b", "a\nb", "a\rb", "x\x00y"])
+def test_receipt_ids_that_need_escaping_or_leaving_out_take_the_general_path(receipt_id):
     assert receipt_frame(receipt_id) is None
+
+
+# --- header injection: no header can change a frame's structure ------------------------
+#
+# MESSAGE headers come from other clients (a STOMP producer's SEND headers, an AMQP
+# producer's headers table, properties and routing key). Escaping keeps EOLs and colons
+# inside their header; NUL has no escape in any version, and a client that reads a frame up
+# to its NUL (stomp.py, PHP's stomp) would end the frame there and read what follows as a
+# frame of the producer's making. An empty name is outside the grammar
+# (header-name = 1*<any OCTET except CR or LF or ":">) and makes strict parsers refuse the
+# frame. Such headers are left out.
+
+INJECTED = "x\0MESSAGE\nsubscription:s-1\ndestination:/queue/forged\n\nforged body"
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1", "1.2"])
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"destination": "/queue/a", "evil": INJECTED, "after": "ok"},
+        {"destination": "/queue/a", "ev\0il": "v", "after": "ok"},
+        {"destination": "/queue/a", "\0": "", "after": "ok"},
+        {"destination": "/queue/a", "": "forged", "after": "ok"},
+    ],
+    ids=["nul-in-value", "nul-in-name", "nul-name", "empty-name"],
+)
+def test_header_stomp_cannot_carry_is_left_out_in_every_version(version, headers):
+    wire = serialize(Frame("MESSAGE", headers, b"body"), version)
+    assert wire == b"MESSAGE\ndestination:/queue/a\nafter:ok\ncontent-length:4\n\nbody\0"
+
+
+@pytest.mark.parametrize("command", sorted(UNESCAPED_COMMANDS))
+def test_nul_is_left_out_of_unescaped_frames_too(command):
+    assert serialize(Frame(command, {"a": "1\0", "b": "2"}), "1.2") == command.encode() + b"\nb:2\n\n\0"
+
+
+def test_a_nul_free_frame_costs_no_copy_of_its_headers():
+    """The hot path: one scan over names and values, nothing rebuilt (RECEIPT fast path too)."""
+    headers = {"destination": "/queue/a", "message-id": "T_s@@session-x@@1", "k": "v"}
+    assert serialize(Frame("MESSAGE", headers)) == (
+        b"MESSAGE\ndestination:/queue/a\nmessage-id:T_s@@session-x@@1\nk:v\n\n\0"
+    )
+    assert receipt_frame("r-1") == b"RECEIPT\nreceipt-id:r-1\n\n\0"
+
+
+def _any_text() -> st.SearchStrategy[str]:
+    specials = st.sampled_from(["\0", "\n", "\r", ":", "\\", "\r\n", "\n\n", "\\c", "\\n"])
+    return st.lists(st.one_of(specials, st.text(_chars(), max_size=4)), max_size=6).map("".join)
+
+
+def _nul_reader(wire: bytes) -> list[bytes]:
+    """What a client that reads up to NUL sees (stomp.py without content-length): the frames,
+    trailing EOLs dropped."""
+    return [part for part in wire.split(b"\0") if part.strip(b"\r\n")]
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.sampled_from(["1.0", "1.1", "1.2"]),
+    st.dictionaries(_any_text(), _any_text(), max_size=6),
+    st.binary(max_size=16).map(lambda b: b.replace(b"\0", b"")),
+)
+def test_no_header_changes_the_structure_of_a_message_frame(version, headers, body):
+    """Whatever the headers, a consumer of any version and any reading strategy sees one
+    MESSAGE with the headers that can be carried, each in its own line."""
+    wire_version = "1.2" if version == "1.0" else version  # what the session sends a 1.0 client
+    frame = Frame("MESSAGE", {"destination": "/queue/a", **headers}, body)
+    try:
+        wire = serialize(frame, wire_version)
+    except ValueError:  # 1.1 cannot carry CR: the session sends such a frame with 1.2 escaping
+        assert wire_version == "1.1" and any("\r" in k + v for k, v in headers.items())
+        wire = serialize(frame, "1.2")
+        wire_version = "1.2"
+    kept = {k: v for k, v in frame.headers.items() if k and "\0" not in k + v and k != "content-length"}
+    head, _, rest = wire.partition(b"\n\n")
+    assert b"\0" not in head and b"\r" not in head
+    assert len(head.split(b"\n")) == 1 + len(kept) + (1 if body else 0)
+    assert all(line.partition(b":")[0] for line in head.split(b"\n")[1:])
+    assert rest == body + b"\0"
+    assert _nul_reader(wire) == [wire[:-1]]
+    expected = dict(kept, **({"content-length": str(len(body))} if body else {}))
+    assert FrameParser(version=wire_version).frames(wire) == [Frame("MESSAGE", expected, body)]

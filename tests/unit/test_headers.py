@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from stomp_bridge.protocol.dialect import Dialect
 from stomp_bridge.protocol.errors import ProtocolError, StompError, tp
+from stomp_bridge.protocol.frames import Frame, serialize
 from stomp_bridge.protocol.headers import (
     ack_header_name,
     ack_mode,
@@ -33,6 +34,7 @@ from stomp_bridge.protocol.headers import (
     subscription_id,
     unsubscribe_consumer_tag,
 )
+from stomp_bridge.protocol.parser import FrameParser
 
 
 # -- queue arguments ----------------------------------------------------------------------
@@ -291,6 +293,40 @@ def test_subscription_without_id_has_no_subscription_header():
         "message-id": f"Q_/queue/nosubid@@{SESSION}@@7",
         "redelivered": "true",
     }
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1", "1.2"])
+def test_an_amqp_headers_table_cannot_add_lines_or_frames_to_a_message(version):
+    """An AMQP producer's table, properties and routing key reach every STOMP consumer of the
+    queue: whatever they hold, the consumer reads one MESSAGE with one line per header, and a
+    header STOMP cannot carry (NUL, an empty name) is left out (frames.serialize). (CR, which
+    1.1 cannot escape: test_frames.)"""
+    properties = {
+        "correlation_id": "c\0MESSAGE",
+        "headers": {
+            "x\nsubscription": "forged",
+            "k": "v\n\nMESSAGE\ndestination:/queue/forged\n\n",
+            "nul": "a\0\nsubscription:s-1\n",
+            "n\0ul": "v",
+            "": "empty name",
+            "back\\slash": "\\c",
+            "content-length": "1",
+        },
+    }
+    headers = message_headers("T_s", SESSION, 1, "x", "key\0\nforged", False, properties)
+    wire = serialize(Frame("MESSAGE", headers, b"body"), "1.2" if version == "1.0" else version)
+    parsed = FrameParser(version="1.2").frames(wire)
+    assert parsed == [Frame("MESSAGE", {
+        "subscription": "s",
+        "destination": "/exchange/x/key%00%0Aforged",  # percent-encoded, as the plugin's
+        "message-id": f"T_s@@{SESSION}@@1",
+        "redelivered": "false",
+        "x\nsubscription": "forged",
+        "k": "v\n\nMESSAGE\ndestination:/queue/forged\n\n",
+        "back\\slash": "\\c",
+        "content-length": "4",
+    }, b"body")]
+    assert wire.count(b"\0") == 1 and wire.endswith(b"body\0")
 
 
 def test_reply_queue_messages_carry_the_temp_queue_as_subscription():

@@ -55,6 +55,12 @@ def test_crlf_line_endings_are_accepted_in_every_version(version):
     assert parse(wire, version) == [expected]
 
 
+def test_a_nul_inside_a_header_line_belongs_to_the_header_as_in_the_plugin():
+    # Only the body ends at NUL (rabbit_stomp_frame reads headers up to LF); what such a
+    # header may do on the way out is frames.serialize's business.
+    assert parse(b"SEND\nk:a\0b\nn\0:v\n\nbody\0") == [Frame("SEND", {"k": "a\0b", "n\0": "v"}, b"body")]
+
+
 @pytest.mark.parametrize("version", ["1.0", "1.1"])
 def test_lone_cr_in_a_header_is_refused_in_every_version(version):
     with pytest.raises(ProtocolError, match="Invalid header"):
