@@ -61,7 +61,8 @@ class Counters:
         self.amqp_connection_failures = 0
         self.heartbeat_timeouts = 0
         self.auth_failures = 0
-        self.connections_refused: defaultdict[str, int] = defaultdict(int)  # by limit
+        # by limit: total, per_ip, origin, http_auth, proxy_protocol (bad header), untrusted_proxy
+        self.connections_refused: defaultdict[str, int] = defaultdict(int)
         self.tls_handshake_failures: defaultdict[str, int] = defaultdict(int)  # by reason
         self.websocket_upgrades = 0  # of the connections opened, those that came over WebSocket
         self.confirm_latency = Histogram(CONFIRM_BUCKETS)
@@ -93,7 +94,8 @@ class BridgeCollector(Collector):
             c.connections_closed,
         )
         yield _labelled(
-            "stomp_bridge_connections_refused", "STOMP connections refused by a limit.", "limit",
+            "stomp_bridge_connections_refused",
+            "STOMP connections refused by a limit, a bad PROXY header or an untrusted proxy.", "limit",
             c.connections_refused,
         )
         yield _counter(

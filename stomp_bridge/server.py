@@ -29,7 +29,9 @@ from .http import OpsServer
 from .logs import log_frame
 from .metrics import Counters, Metrics
 from .protocol.frames import END, END_LF, Frame, serialize
-from .protocol.proxy import ProxyHeaderParser, ProxyInfo, ProxyProtocolError
+from .protocol.proxy import (
+    ProxyHeaderParser, ProxyInfo, ProxyProtocolError, ProxyTrust, UntrustedProxy,
+)
 from .certlogin import CertLogin, ConnectSecurity, amqp_client_context
 from .session import Session
 from .settings import Settings, mask_url
@@ -352,6 +354,8 @@ class BridgeServer:
         )
         self.metrics = Metrics(self._live)
         self.counters = self.metrics.counters
+        # Who may send a PROXY header (proxy_protocol): the load balancers, no one else.
+        self.proxy_trust = ProxyTrust.from_cidrs(settings.proxy_protocol_trusted)
         self.ops: OpsServer | None = None
         # TLS: one reloadable context for the TLS and wss listeners, and what CONNECT
         # does with a client certificate there.
@@ -513,6 +517,10 @@ class BridgeServer:
         initial = b""
         ssl_object = writer.get_extra_info("ssl_object")
         if self.settings.proxy_protocol and ssl_object is None:
+            if not self.proxy_trusted(peer):
+                untrusted = UntrustedProxy(peer[0] if peer is not None else None)
+                self._refuse(link, untrusted.message, untrusted.detail)
+                return
             try:
                 info, initial = await asyncio.wait_for(_read_proxy_header(reader), self.settings.connect_timeout)
             except (ProxyProtocolError, asyncio.TimeoutError, ConnectionError) as exc:
@@ -569,6 +577,20 @@ class BridgeServer:
                     self._per_ip[ip] = left
                 else:
                     self._per_ip.pop(ip, None)
+
+    def proxy_trusted(self, peer: tuple[str, int] | None) -> bool:
+        """Whether this real peer may send a PROXY header (TCP and WebSocket listeners). A
+        refusal is counted and logged: a balancer left out of proxy_protocol_trusted shows there."""
+        address = peer[0] if peer is not None else None
+        if self.proxy_trust.trusts(address):
+            return True
+        self.counters.connections_refused["untrusted_proxy"] += 1
+        log.info(
+            "connection refused",
+            extra={"peer": address, "reason": "untrusted_proxy",
+                   "detail": "not in proxy_protocol_trusted, so it may not send a PROXY header"},
+        )
+        return False
 
     def _refuse(self, link: Link, message: str, detail: str) -> None:
         headers = {"message": message, "content-type": "text/plain"}

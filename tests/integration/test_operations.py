@@ -1,4 +1,5 @@
-"""Operations: /metrics, /healthz, /readyz, connection limits, idle timeout, close log lines."""
+"""Operations: /metrics, /healthz, /readyz, connection limits, idle timeout, close log lines,
+whom the PROXY header trusts."""
 
 from __future__ import annotations
 
@@ -171,7 +172,7 @@ def _proxied(server: BridgeThread, header: bytes) -> RawStomp:
 
 
 def test_proxy_protocol_address_is_the_client_address(bridge, rabbit, unique):
-    server = bridge(proxy_protocol=True, loopback_users=["guest"])
+    server = bridge(proxy_protocol=True, proxy_protocol_trusted=["127.0.0.1/32"], loopback_users=["guest"])
     # guest may only log in from loopback: through a balancer from 203.0.113.7 it may not.
     conn = _proxied(server, b"PROXY TCP4 203.0.113.7 127.0.0.1 40000 61613\r\n")
     try:
@@ -194,13 +195,47 @@ def test_proxy_protocol_address_is_the_client_address(bridge, rabbit, unique):
 
 
 def test_proxy_protocol_required_when_on(bridge):
-    server = bridge(proxy_protocol=True)
+    server = bridge(proxy_protocol=True, proxy_protocol_trusted=["127.0.0.1/32"])
     conn = _proxied(server, b"CONNECT\naccept-version:1.2\n\n\x00")
     try:
         error = conn.error_then_close()
         assert error["message"] == "Invalid PROXY protocol header"
     finally:
         conn.close()
+
+
+# The header a client outside the balancers' networks would send to pass for a loopback client
+# (loopback_users) or for another address (the per-address limits).
+SPOOFED = b"PROXY TCP4 127.0.0.1 127.0.0.1 40000 61613\r\n"
+GUEST_CONNECT = b"CONNECT\naccept-version:1.2\nlogin:guest\npasscode:guest\n\n\x00"
+
+
+def test_proxy_header_is_taken_only_from_a_trusted_peer(bridge, caplog):
+    caplog.set_level(logging.INFO, logger="stomp_bridge")
+    trusted = bridge(proxy_protocol=True, proxy_protocol_trusted=["127.0.0.1/32"], loopback_users=["guest"])
+    conn = _proxied(trusted, SPOOFED + GUEST_CONNECT)
+    try:
+        assert conn.expect("CONNECTED")["version"] == "1.2"
+    finally:
+        conn.close()
+    # The same bytes from a peer (127.0.0.1) outside the trusted networks: refused before its
+    # header is read, so the address it claims never reaches loopback_users or the limits.
+    untrusted = bridge(proxy_protocol=True, proxy_protocol_trusted=["10.0.0.0/8", "fd00::/8"],
+                       loopback_users=["guest"])
+    conn = _proxied(untrusted, SPOOFED + GUEST_CONNECT)
+    try:
+        error = conn.error_then_close()
+    finally:
+        conn.close()
+    assert error["message"] == "Untrusted PROXY protocol peer"
+    assert error.text.startswith("127.0.0.1 is not a trusted proxy")
+    assert "proxy_protocol_trusted" in error.text
+    text = get(untrusted, "/metrics")[1]
+    assert metric(text, "stomp_bridge_connections_refused_total", '{limit="untrusted_proxy"}') == 1
+    assert metric(text, "stomp_bridge_connections_refused_total", '{limit="proxy_protocol"}') == 0
+    assert metric(text, "stomp_bridge_connections_opened_total") == 0
+    refused = [r for r in caplog.records if r.getMessage() == "connection refused"]
+    assert [(r.peer, r.reason) for r in refused] == [("127.0.0.1", "untrusted_proxy")]
 
 
 def test_debug_frame_log_masks_passcodes_and_cuts_bodies(bridge, dial, caplog, unique):
