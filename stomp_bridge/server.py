@@ -28,7 +28,7 @@ from .endpoints import Endpoints
 from .http import OpsServer
 from .logs import log_frame
 from .metrics import Counters, Metrics
-from .protocol.frames import END, END_LF, Frame, serialize
+from .protocol.frames import CLIENT_COMMANDS, END, END_LF, Frame, serialize
 from .protocol.proxy import (
     ProxyHeaderParser, ProxyInfo, ProxyProtocolError, ProxyTrust, UntrustedProxy,
 )
@@ -226,7 +226,9 @@ class Connection:
                         await session.flush()
                         self._flush_out()
                         await asyncio.sleep(0)
-                    frames_in[frame.command] += 1
+                    # The client names the command: anything but STOMP's own is "other" (a label
+                    # per invented command would grow /metrics without bound).
+                    frames_in[frame.command if frame.command in CLIENT_COMMANDS else "other"] += 1
                     if debug:
                         log_frame(log, "in", session.peer_name, frame.command, frame.headers, frame.body)
                     connected_before = session.amqp is not None

@@ -1,19 +1,26 @@
 """Operations: /metrics, /healthz, /readyz, connection limits, idle timeout, close log lines,
-whom the PROXY header trusts."""
+whom the PROXY header and the HTTP endpoint trust."""
 
 from __future__ import annotations
 
 import logging
 import os
 import re
+import socket
 import time
 import urllib.error
 import urllib.request
 
 import pytest
 
+from stomp_bridge.metrics import CLOSE_REASONS
+from stomp_bridge.protocol.frames import CLIENT_COMMANDS, SERVER_COMMANDS
+from stomp_bridge.tls import HANDSHAKE_FAILURES
 from tests.bridge_runner import BridgeThread
+from tests.integration.conftest import CONNECT_FAILURE_CLOSE_TIMEOUT
 from tests.integration.rawstomp import RawStomp
+
+REFUSALS = {"total", "per_ip", "origin", "http_auth", "proxy_protocol", "untrusted_proxy"}
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("STOMP_BRIDGE_TEST_TARGET") == "native", reason="the bridge's own endpoints"
@@ -236,6 +243,48 @@ def test_proxy_header_is_taken_only_from_a_trusted_peer(bridge, caplog):
     assert metric(text, "stomp_bridge_connections_opened_total") == 0
     refused = [r for r in caplog.records if r.getMessage() == "connection refused"]
     assert [(r.peer, r.reason) for r in refused] == [("127.0.0.1", "untrusted_proxy")]
+
+
+def test_http_endpoint_listens_only_on_http_host(bridge):
+    """http_host=127.0.0.1: /metrics is not reachable at another address of the machine
+    (127.0.0.2 is loopback too, but not the bound address)."""
+    local = bridge(http_host="127.0.0.1")
+    sockets = local._server.ops._server.sockets
+    assert sockets and {s.getsockname()[0] for s in sockets} == {"127.0.0.1"}
+    assert get(local, "/healthz") == (200, "ok\n")
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.2", local._server.ops.port), timeout=5).close()
+    # The default (every interface) answers there: the refusal above is the binding's doing.
+    everywhere = bridge()
+    socket.create_connection(("127.0.0.2", everywhere._server.ops.port), timeout=5).close()
+
+
+def test_metrics_carry_nothing_a_client_or_rabbitmq_chose(bridge, dial, unique):
+    """Labels come from fixed sets: no command, user, vhost, queue, destination, peer address
+    or reply text of RabbitMQ's ends up in /metrics (ERROR texts name them; labels must not)."""
+    server = bridge()
+    conn = dial(server)
+    conn.connect()
+    conn.send_frame(f"X{unique}", {"destination": f"/queue/d-{unique}"})  # an invented command
+    assert conn.expect("ERROR")["message"] == "Bad command"
+    conn.send_frame("SEND", {"destination": f"/topic/t-{unique}", f"h-{unique}": unique}, unique)
+    # RabbitMQ's reply text names the queue: "NOT_FOUND - no queue 'q-...' in vhost '/'".
+    conn.send_frame("SUBSCRIBE", {"destination": f"/amq/queue/q-{unique}", "id": "s-1"})
+    error = conn.error_then_close()
+    assert (error["message"], f"q-{unique}" in error.text) == ("not_found", True)
+    stranger = dial(server, timeout=CONNECT_FAILURE_CLOSE_TIMEOUT)  # RabbitMQ refuses the login
+    stranger.send_frame("CONNECT", {"accept-version": "1.2", "login": f"u-{unique}",
+                                    "passcode": f"p-{unique}", "host": f"v-{unique}"})
+    assert stranger.error_then_close()["message"] == "Bad CONNECT"
+    text = get(server, "/metrics")[1]
+    assert unique not in text and "127.0.0.1" not in text
+    assert metric(text, "stomp_bridge_frames_received_total", '{command="other"}') == 1
+    assert metric(text, "stomp_bridge_errors_total", '{reason="not_found"}') == 1
+    labels = {value for name, value in re.findall(r'^stomp_bridge_\w+\{(\w+)="([^"]*)"', text, re.M)
+              if name != "le"}
+    assert labels and labels <= (
+        CLOSE_REASONS | CLIENT_COMMANDS | SERVER_COMMANDS | REFUSALS | set(HANDSHAKE_FAILURES) | {"other"}
+    )
 
 
 def test_debug_frame_log_masks_passcodes_and_cuts_bodies(bridge, dial, caplog, unique):
