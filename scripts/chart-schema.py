@@ -25,6 +25,18 @@ KEEP = ("type", "anyOf", "items", "minimum", "maximum", "exclusiveMinimum", "exc
         "pattern", "enum", "description")
 
 
+# Rules across settings the bridge refuses to start without, checked by `helm install` already.
+CROSS_RULES = [
+    {   # trust is explicit: proxy_protocol names the balancers that may send the header
+        "if": {"properties": {"proxy_protocol": {"const": True}}, "required": ["proxy_protocol"]},
+        "then": {
+            "required": ["proxy_protocol_trusted"],
+            "properties": {"proxy_protocol_trusted": {"minItems": 1, "minLength": 1}},
+        },
+    },
+]
+
+
 def _clean(node: dict) -> dict:
     out = {k: node[k] for k in KEEP if k in node}
     if "anyOf" in out:
@@ -53,6 +65,7 @@ def config_schema() -> dict:
         "the RabbitMQ URL and default login from secret.",
         "additionalProperties": False,
         "properties": props,
+        "allOf": CROSS_RULES,
     }
 
 

@@ -120,12 +120,12 @@ def _settings_or_exit(argv: list[str]) -> Settings | int:
         return load_settings(argv)
     except ValidationError as exc:
         for err in exc.errors():
-            field = ".".join(str(p) for p in err["loc"])
+            field = ".".join(str(p) for p in err["loc"])  # a list entry: name.index
+            message = err["msg"].removeprefix("Value error, ")
             if field:
-                print(f"stomp-bridge: invalid setting {field}: {err['msg']}", file=sys.stderr)
-            else:  # a rule across settings (listeners, TLS, certificate login, profile)
-                print(f"stomp-bridge: invalid configuration: {err['msg'].removeprefix('Value error, ')}",
-                      file=sys.stderr)
+                print(f"stomp-bridge: invalid setting {field}: {message}", file=sys.stderr)
+            else:  # a rule across settings (listeners, TLS, certificate login, profile, proxy)
+                print(f"stomp-bridge: invalid configuration: {message}", file=sys.stderr)
         return 2
     except (OSError, ValueError) as exc:
         print(f"stomp-bridge: {exc}", file=sys.stderr)

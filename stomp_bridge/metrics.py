@@ -5,6 +5,13 @@ dict lookup and an add, no lock, no label resolution); a custom collector
 turns them into metric families when ``/metrics`` is scraped. Gauges that
 describe the present (open connections, receipts waiting for confirms) are
 read from the live sessions at scrape time.
+
+Label values come from fixed sets, never from what a client or RabbitMQ chose:
+a client names its frames' commands and RabbitMQ's reply text names the AMQP
+error an ERROR quotes. Taken as they come, either would let a peer invent
+series without bound (the bridge's memory, Prometheus' cardinality) and write
+into /metrics; outside their set they count as ``other``. No metric carries a
+user, vhost, queue, destination, peer address or secret.
 """
 
 from __future__ import annotations
@@ -20,6 +27,58 @@ from prometheus_client.registry import Collector
 
 # Seconds from publish to RabbitMQ's confirm.
 CONFIRM_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+OTHER = "other"
+
+# The ERROR ``message`` headers the bridge writes (tests/unit/test_metrics.py finds every one in
+# the source and fails on a new one missing here)...
+BRIDGE_ERRORS = frozenset({
+    "Bad CONNECT", "Bad command", "Bad transaction", "Broker connection lost", "Broker unavailable",
+    "Browsing needs a queue", "Connect timeout", "Duplicated subscription identifier",
+    "Frame too large", "Header too long", "Heart-beat timeout", "Idle timeout", "Illegal command",
+    "Invalid PROXY protocol header", "Invalid WebSocket frame", "Invalid command",
+    "Invalid content-length", "Invalid destination", "Invalid escape sequence", "Invalid frame",
+    "Invalid header", "Invalid heart-beat header", "Invalid id", "Invalid selector",
+    "Message rejected", "Missing Header", "Missing client-id", "Missing destination",
+    "Missing destination or id", "Missing frame terminator", "Missing header",
+    "Missing transaction", "No subscription found", "Not connected", "Processing error",
+    "Selector not supported on shared queues", "Server cancelled subscription", "Server shutdown",
+    "Subscription not found", "Too many headers", "Too many subscriptions", "Transaction limit exceeded",
+    "Transaction too large", "Unknown destination", "Unsupported browser-end",
+    "Unsupported content type", "Untrusted PROXY protocol peer", "Version mismatch",
+})
+# ... and those that name the AMQP 0-9-1 error RabbitMQ closed a channel or connection with
+# (amqp.broker_error: the reply text's "NOT_FOUND - ..." prefix, lower-cased).
+AMQP_ERRORS = frozenset({
+    "content_too_large", "no_route", "no_consumers", "connection_forced", "invalid_path",
+    "access_refused", "not_found", "resource_locked", "precondition_failed", "frame_error",
+    "syntax_error", "command_invalid", "channel_error", "unexpected_frame", "resource_error",
+    "not_allowed", "not_implemented", "internal_error",
+})
+ERROR_REASONS = BRIDGE_ERRORS | AMQP_ERRORS
+# A connection closes after a fatal ERROR (its message) or because the client left.
+CLOSE_REASONS = ERROR_REASONS | {"client closed"}
+
+
+class LabelCounts(dict[str, int]):
+    """Counts by a label whose values come from ``allowed``; any other key counts as ``other``.
+
+    ``counts[key] += 1`` works as on a ``defaultdict(int)``, so callers need not know the
+    set. For per-frame counts the caller maps the key itself (a Python ``__setitem__``
+    costs a call per frame).
+    """
+
+    __slots__ = ("allowed",)
+
+    def __init__(self, allowed: frozenset[str]) -> None:
+        super().__init__()
+        self.allowed = allowed
+
+    def __missing__(self, key: str) -> int:
+        return 0 if key in self.allowed else dict.get(self, OTHER, 0)
+
+    def __setitem__(self, key: str, value: int) -> None:
+        dict.__setitem__(self, key if key in self.allowed else OTHER, value)
 
 
 class Histogram:
@@ -50,18 +109,20 @@ class Counters:
 
     def __init__(self) -> None:
         self.connections_opened = 0
-        self.connections_closed: defaultdict[str, int] = defaultdict(int)  # by reason
-        self.frames_in: defaultdict[str, int] = defaultdict(int)  # by command
+        self.connections_closed = LabelCounts(CLOSE_REASONS)  # by reason
+        # by command: a STOMP client command or "other" (server.py maps it, per frame)
+        self.frames_in: defaultdict[str, int] = defaultdict(int)
         self.frames_out: defaultdict[str, int] = defaultdict(int)
         self.bytes_in = 0
         self.bytes_out = 0
         self.messages_published = 0
         self.messages_delivered = 0
-        self.errors: defaultdict[str, int] = defaultdict(int)  # ERROR frames by message
+        self.errors = LabelCounts(ERROR_REASONS)  # ERROR frames by message
         self.amqp_connection_failures = 0
         self.heartbeat_timeouts = 0
         self.auth_failures = 0
-        self.connections_refused: defaultdict[str, int] = defaultdict(int)  # by limit
+        # by limit: total, per_ip, origin, http_auth, proxy_protocol (bad header), untrusted_proxy
+        self.connections_refused: defaultdict[str, int] = defaultdict(int)
         self.tls_handshake_failures: defaultdict[str, int] = defaultdict(int)  # by reason
         self.websocket_upgrades = 0  # of the connections opened, those that came over WebSocket
         self.confirm_latency = Histogram(CONFIRM_BUCKETS)
@@ -93,7 +154,8 @@ class BridgeCollector(Collector):
             c.connections_closed,
         )
         yield _labelled(
-            "stomp_bridge_connections_refused", "STOMP connections refused by a limit.", "limit",
+            "stomp_bridge_connections_refused",
+            "STOMP connections refused by a limit, a bad PROXY header or an untrusted proxy.", "limit",
             c.connections_refused,
         )
         yield _counter(
@@ -101,7 +163,10 @@ class BridgeCollector(Collector):
             "WebSocket handshakes accepted (each then counts as a STOMP connection).",
             c.websocket_upgrades,
         )
-        yield _labelled("stomp_bridge_frames_received", "Frames from clients, by command.", "command", c.frames_in)
+        yield _labelled(
+            "stomp_bridge_frames_received", "Frames from clients, by command (unknown commands: other).",
+            "command", c.frames_in,
+        )
         yield _labelled("stomp_bridge_frames_sent", "Frames to clients, by command.", "command", c.frames_out)
         yield _counter("stomp_bridge_received_bytes", "Bytes read from STOMP clients.", c.bytes_in)
         yield _counter("stomp_bridge_sent_bytes", "Bytes written to STOMP clients.", c.bytes_out)
@@ -109,7 +174,10 @@ class BridgeCollector(Collector):
         yield _counter(
             "stomp_bridge_messages_delivered", "Messages delivered to STOMP clients.", c.messages_delivered
         )
-        yield _labelled("stomp_bridge_errors", "ERROR frames sent, by their message.", "reason", c.errors)
+        yield _labelled(
+            "stomp_bridge_errors", "ERROR frames sent, by their message (unknown ones: other).", "reason",
+            c.errors,
+        )
         yield _counter(
             "stomp_bridge_amqp_connection_failures",
             "AMQP connections to RabbitMQ that could not be opened or were lost.",

@@ -28,8 +28,10 @@ from .endpoints import Endpoints
 from .http import OpsServer
 from .logs import log_frame
 from .metrics import Counters, Metrics
-from .protocol.frames import END, END_LF, Frame, serialize
-from .protocol.proxy import ProxyHeaderParser, ProxyInfo, ProxyProtocolError
+from .protocol.frames import CLIENT_COMMANDS, END, END_LF, Frame, serialize
+from .protocol.proxy import (
+    ProxyHeaderParser, ProxyInfo, ProxyProtocolError, ProxyTrust, UntrustedProxy,
+)
 from .certlogin import CertLogin, ConnectSecurity, amqp_client_context
 from .session import Session
 from .settings import Settings, mask_url
@@ -224,7 +226,9 @@ class Connection:
                         await session.flush()
                         self._flush_out()
                         await asyncio.sleep(0)
-                    frames_in[frame.command] += 1
+                    # The client names the command: anything but STOMP's own is "other" (a label
+                    # per invented command would grow /metrics without bound).
+                    frames_in[frame.command if frame.command in CLIENT_COMMANDS else "other"] += 1
                     if debug:
                         log_frame(log, "in", session.peer_name, frame.command, frame.headers, frame.body)
                     connected_before = session.amqp is not None
@@ -353,6 +357,8 @@ class BridgeServer:
         )
         self.metrics = Metrics(self._live)
         self.counters = self.metrics.counters
+        # Who may send a PROXY header (proxy_protocol): the load balancers, no one else.
+        self.proxy_trust = ProxyTrust.from_cidrs(settings.proxy_protocol_trusted)
         self.ops: OpsServer | None = None
         # TLS: one reloadable context for the TLS and wss listeners, and what CONNECT
         # does with a client certificate there.
@@ -514,6 +520,10 @@ class BridgeServer:
         initial = b""
         ssl_object = writer.get_extra_info("ssl_object")
         if self.settings.proxy_protocol and ssl_object is None:
+            if not self.proxy_trusted(peer):
+                untrusted = UntrustedProxy(peer[0] if peer is not None else None)
+                self._refuse(link, untrusted.message, untrusted.detail)
+                return
             try:
                 info, initial = await asyncio.wait_for(_read_proxy_header(reader), self.settings.connect_timeout)
             except (ProxyProtocolError, asyncio.TimeoutError, ConnectionError) as exc:
@@ -570,6 +580,20 @@ class BridgeServer:
                     self._per_ip[ip] = left
                 else:
                     self._per_ip.pop(ip, None)
+
+    def proxy_trusted(self, peer: tuple[str, int] | None) -> bool:
+        """Whether this real peer may send a PROXY header (TCP and WebSocket listeners). A
+        refusal is counted and logged: a balancer left out of proxy_protocol_trusted shows there."""
+        address = peer[0] if peer is not None else None
+        if self.proxy_trust.trusts(address):
+            return True
+        self.counters.connections_refused["untrusted_proxy"] += 1
+        log.info(
+            "connection refused",
+            extra={"peer": address, "reason": "untrusted_proxy",
+                   "detail": "not in proxy_protocol_trusted, so it may not send a PROXY header"},
+        )
+        return False
 
     def _refuse(self, link: Link, message: str, detail: str) -> None:
         headers = {"message": message, "content-type": "text/plain"}

@@ -7,11 +7,12 @@ plugin finds the same knobs.
 
 from __future__ import annotations
 
+import json
 import urllib.parse
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -20,6 +21,14 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
     YamlConfigSettingsSource,
 )
+
+from .protocol.proxy import parse_network
+
+
+def _network(text: str) -> str:
+    """A ``proxy_protocol_trusted`` entry, checked and written as its network (``10.0.0.5``
+    becomes ``10.0.0.5/32``): start-up fails with one line per bad entry."""
+    return str(parse_network(text))
 
 
 class Settings(BaseSettings):
@@ -137,7 +146,15 @@ class Settings(BaseSettings):
         False,
         description="Expect a PROXY protocol v1/v2 header from a TCP load balancer on every "
         "connection, STOMP and WebSocket, and take the client address from it (the plugins' "
-        "proxy_protocol).",
+        "proxy_protocol). Needs proxy_protocol_trusted.",
+    )
+    proxy_protocol_trusted: Annotated[list[Annotated[str, AfterValidator(_network)]], NoDecode] = Field(
+        default_factory=list,
+        description="Networks (CIDR) of the load balancers that may send the PROXY header, "
+        "comma-separated or a JSON list, e.g. `10.0.0.0/8,fd00::/8`; a connection from any other "
+        "address is refused with an ERROR (connections_refused `untrusted_proxy`). No default: "
+        "whoever sends the header picks the address loopback_users and the per-address limits "
+        "see, so proxy_protocol without this list does not start.",
     )
     ws_port: int | None = Field(
         15674,
@@ -325,11 +342,18 @@ class Settings(BaseSettings):
     log_format: str = Field("text", pattern="^(text|json)$", description="text (key=value) or json lines.")
 
     @field_validator(
-        "loopback_users", "ws_allowed_origins", "swpt_accepted_content_types", "swpt_servers", mode="before"
+        "loopback_users", "ws_allowed_origins", "swpt_accepted_content_types", "swpt_servers",
+        "proxy_protocol_trusted", mode="before",
     )
     @classmethod
     def _split(cls, value: object) -> object:
+        """A list from the environment: comma-separated, or a JSON list (``["a", "b"]``)."""
         if isinstance(value, str):
+            if value.lstrip().startswith("["):
+                try:
+                    return json.loads(value)
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"starts with '[' but is not a JSON list ({exc})") from None
             return [v for v in (p.strip() for p in value.split(",")) if v]
         return value
 
@@ -368,6 +392,12 @@ class Settings(BaseSettings):
                 object.__setattr__(self, "tls_port", 61614)
         if self.port is None and self.tls_port is None and self.ws_port is None and self.wss_port is None:
             raise ValueError("no listener: set port, tls_port, ws_port or wss_port")
+        if self.proxy_protocol and not self.proxy_protocol_trusted:
+            raise ValueError(
+                "proxy_protocol needs proxy_protocol_trusted: the networks of the load balancers "
+                "that send the PROXY header (e.g. 10.0.0.0/8); a header from anywhere else could "
+                "claim any client address"
+            )
         if self.wss_port is not None and not (self.tls_cert_file and self.tls_key_file):
             raise ValueError("wss_port needs tls_cert_file and tls_key_file")
         if self.tls_port is not None and not (self.tls_cert_file and self.tls_key_file):

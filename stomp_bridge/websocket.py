@@ -87,6 +87,7 @@ class WebSocketLink(asyncio.Protocol):
         # proxy_protocol: a load balancer's PROXY header comes before the HTTP request.
         self._proxy = ProxyHeaderParser() if settings.proxy_protocol else None
         self._peer: tuple[str, int] | None = None
+        self._refused = False  # an untrusted peer where a PROXY header is due: nothing is read
 
     # -- asyncio.Protocol ----------------------------------------------------------
 
@@ -103,8 +104,15 @@ class WebSocketLink(asyncio.Protocol):
                 pass
         # The upgrade request has the same deadline as CONNECT on TCP.
         self._timer = self.loop.call_later(self.settings.connect_timeout, transport.abort)
+        if self._proxy is not None:
+            peername = transport.get_extra_info("peername")
+            if not self.server.proxy_trusted(peername if isinstance(peername, tuple) else None):
+                self._refused = True  # closed as for a bad PROXY header: no HTTP spoken yet
+                transport.close()
 
     def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
         if self._proxy is not None:
             data = self._proxy_header(data)
             if not data:

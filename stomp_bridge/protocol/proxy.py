@@ -31,12 +31,20 @@ real peer applies. TLV contents (ALPN, TLS details, CRC32C...) are skipped.
 Memory is bounded: between calls the parser never holds more than 107 bytes
 (v1) or ``16 + max_v2_length`` bytes (v2), and it fails as soon as the bytes
 seen so far cannot begin a valid header.
+
+Whoever sends the header chooses the address the bridge then believes
+(``loopback_users``, the per-address limits, the logs), so only the load
+balancers may send one: :class:`ProxyTrust` holds their networks
+(``proxy_protocol_trusted``) and is asked about the connection's real peer
+before a byte of it is read, as Squid's ``proxy_protocol_access`` and
+HAProxy's ``tcp-request connection expect-proxy layer4 if { src ... }`` do.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from stomp_bridge.protocol.errors import ProtocolError
@@ -64,6 +72,21 @@ class ProxyProtocolError(ProtocolError):
 
     def __init__(self, detail: str) -> None:
         super().__init__("Invalid PROXY protocol header", detail)
+
+
+class UntrustedProxy(ProtocolError):
+    """A connection that must start with a PROXY header came from a peer outside the trusted
+    networks: it could name any client address, so it is refused before its header is read."""
+
+    def __init__(self, peer: str | None) -> None:
+        who = peer or "A peer of unknown address"
+        super().__init__(
+            "Untrusted PROXY protocol peer",
+            f"{who} is not a trusted proxy: with proxy_protocol on, the bridge takes the client "
+            "address from a PROXY header only from its load balancers' networks "
+            "(proxy_protocol_trusted). Connect through the load balancer; if this peer is one, "
+            "add its network to proxy_protocol_trusted.",
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,3 +293,59 @@ def _check_tlvs(block: bytes, offset: int) -> None:
         offset += 3 + int.from_bytes(block[offset + 1 : offset + 3], "big")
         if offset > len(block):
             raise ProxyProtocolError(f"v2 TLV of type {tlv_type:#04x} overruns the header length")
+
+
+# --- trust ----------------------------------------------------------------------
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def parse_network(text: str) -> Network:
+    """One trusted network: CIDR (``10.0.0.0/8``, ``fd00::/8``) or a single address (``/32``,
+    ``/128``). Host bits set (``10.1.2.3/8``) are refused rather than guessed at: the reader
+    of the setting should see the network that is trusted."""
+    entry = text.strip()
+    try:
+        return ipaddress.ip_network(entry)
+    except ValueError:
+        pass
+    try:
+        network = ipaddress.ip_network(entry, strict=False)
+    except ValueError:
+        raise ValueError(
+            f"{text!r} is not a network in CIDR form (e.g. 10.0.0.0/8, 192.0.2.10/32 or fd00::/8)"
+        ) from None
+    raise ValueError(f"{text!r} has host bits set; the network is {network}")
+
+
+class ProxyTrust:
+    """The peers that may send a PROXY header: an address in one of ``networks``.
+
+    An IPv4 client of a dual-stack (``::``) listener shows up as an IPv4-mapped IPv6
+    address (``::ffff:10.0.0.5``); it is checked as the IPv4 address it is, so
+    ``10.0.0.0/8`` covers it. No networks: nobody is trusted.
+    """
+
+    __slots__ = ("networks",)
+
+    def __init__(self, networks: Iterable[Network]) -> None:
+        self.networks = tuple(networks)
+
+    @classmethod
+    def from_cidrs(cls, cidrs: Iterable[str]) -> ProxyTrust:
+        """From ``proxy_protocol_trusted``'s entries; ValueError names a bad one."""
+        return cls(parse_network(c) for c in cidrs)
+
+    def trusts(self, peer: str | None) -> bool:
+        """Whether ``peer`` (the socket's peer address, as ``getpeername`` gives it) is trusted."""
+        if not peer:
+            return False
+        try:
+            # A link-local IPv6 peer carries its scope ("fe80::1%eth0"); networks have none.
+            address = ipaddress.ip_address(peer.split("%", 1)[0])
+        except ValueError:
+            return False
+        candidates: tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, ...] = (address,)
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            candidates = (address.ipv4_mapped, address)
+        return any(a in n for a in candidates for n in self.networks if a.version == n.version)

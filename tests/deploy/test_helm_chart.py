@@ -257,6 +257,10 @@ BAD_VALUES = {
     "port out of range": ({"ports": {"stomp": 70000}}, "stomp"),
     "not an AMQP URL": ({"secret": {"amqpUrl": "http://rabbit:5672/"}}, "amqpUrl"),
     "TLS version": ({"tls": {"minVersion": "1.0"}}, "minVersion"),
+    "PROXY protocol from anyone": ({"config": {"proxy_protocol": True}}, "proxy_protocol_trusted"),
+    "PROXY protocol from no one": (
+        {"config": {"proxy_protocol": True, "proxy_protocol_trusted": []}}, "proxy_protocol_trusted"
+    ),
 }
 
 
@@ -270,6 +274,12 @@ def test_values_schema_refuses_bad_values(case, tmp_path):
         proc = helm(*args, check=False)
         assert proc.returncode != 0, f"helm {command} accepted {bad}"
         assert field in proc.stdout + proc.stderr
+
+
+def test_proxy_protocol_trusts_the_networks_the_values_name():
+    config = config_of(render(values("proxy-protocol")))
+    assert config["proxy_protocol"] is True
+    assert config["proxy_protocol_trusted"] == ["10.0.0.0/16", "fd00::/8"]
 
 
 def test_notes_tell_where_to_connect():

@@ -124,7 +124,9 @@ def test_container_pair_wiring():
 def test_container_environment_is_what_the_bridge_reads(monkeypatch):
     """The variables the container gets load into the same Settings in the bridge."""
     bridge = containers.StompBridgeContainer(
-        "stomp-bridge:test", settings={"idle_timeout": 30, "proxy_protocol": True, "default_user": "app"},
+        "stomp-bridge:test",
+        settings={"idle_timeout": 30, "proxy_protocol": True, "proxy_protocol_trusted": ["10.0.0.0/8", "fd00::/8"],
+                  "default_user": "app"},
         docker_client_kw=NO_ENGINE,
     )
     for name, value in bridge.env.items():
@@ -133,6 +135,7 @@ def test_container_environment_is_what_the_bridge_reads(monkeypatch):
 
     loaded = Settings()
     assert (loaded.idle_timeout, loaded.proxy_protocol, loaded.default_user) == (30.0, True, "app")
+    assert loaded.proxy_protocol_trusted == ["10.0.0.0/8", "fd00::/8"]
     assert loaded.amqp_url == "amqp://rabbitmq:5672/"
 
 

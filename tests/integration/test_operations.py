@@ -1,18 +1,26 @@
-"""Operations: /metrics, /healthz, /readyz, connection limits, idle timeout, close log lines."""
+"""Operations: /metrics, /healthz, /readyz, connection limits, idle timeout, close log lines,
+whom the PROXY header and the HTTP endpoint trust."""
 
 from __future__ import annotations
 
 import logging
 import os
 import re
+import socket
 import time
 import urllib.error
 import urllib.request
 
 import pytest
 
+from stomp_bridge.metrics import CLOSE_REASONS
+from stomp_bridge.protocol.frames import CLIENT_COMMANDS, SERVER_COMMANDS
+from stomp_bridge.tls import HANDSHAKE_FAILURES
 from tests.bridge_runner import BridgeThread
+from tests.integration.conftest import CONNECT_FAILURE_CLOSE_TIMEOUT
 from tests.integration.rawstomp import RawStomp
+
+REFUSALS = {"total", "per_ip", "origin", "http_auth", "proxy_protocol", "untrusted_proxy"}
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("STOMP_BRIDGE_TEST_TARGET") == "native", reason="the bridge's own endpoints"
@@ -171,7 +179,7 @@ def _proxied(server: BridgeThread, header: bytes) -> RawStomp:
 
 
 def test_proxy_protocol_address_is_the_client_address(bridge, rabbit, unique):
-    server = bridge(proxy_protocol=True, loopback_users=["guest"])
+    server = bridge(proxy_protocol=True, proxy_protocol_trusted=["127.0.0.1/32"], loopback_users=["guest"])
     # guest may only log in from loopback: through a balancer from 203.0.113.7 it may not.
     conn = _proxied(server, b"PROXY TCP4 203.0.113.7 127.0.0.1 40000 61613\r\n")
     try:
@@ -194,13 +202,89 @@ def test_proxy_protocol_address_is_the_client_address(bridge, rabbit, unique):
 
 
 def test_proxy_protocol_required_when_on(bridge):
-    server = bridge(proxy_protocol=True)
+    server = bridge(proxy_protocol=True, proxy_protocol_trusted=["127.0.0.1/32"])
     conn = _proxied(server, b"CONNECT\naccept-version:1.2\n\n\x00")
     try:
         error = conn.error_then_close()
         assert error["message"] == "Invalid PROXY protocol header"
     finally:
         conn.close()
+
+
+# The header a client outside the balancers' networks would send to pass for a loopback client
+# (loopback_users) or for another address (the per-address limits).
+SPOOFED = b"PROXY TCP4 127.0.0.1 127.0.0.1 40000 61613\r\n"
+GUEST_CONNECT = b"CONNECT\naccept-version:1.2\nlogin:guest\npasscode:guest\n\n\x00"
+
+
+def test_proxy_header_is_taken_only_from_a_trusted_peer(bridge, caplog):
+    caplog.set_level(logging.INFO, logger="stomp_bridge")
+    trusted = bridge(proxy_protocol=True, proxy_protocol_trusted=["127.0.0.1/32"], loopback_users=["guest"])
+    conn = _proxied(trusted, SPOOFED + GUEST_CONNECT)
+    try:
+        assert conn.expect("CONNECTED")["version"] == "1.2"
+    finally:
+        conn.close()
+    # The same bytes from a peer (127.0.0.1) outside the trusted networks: refused before its
+    # header is read, so the address it claims never reaches loopback_users or the limits.
+    untrusted = bridge(proxy_protocol=True, proxy_protocol_trusted=["10.0.0.0/8", "fd00::/8"],
+                       loopback_users=["guest"])
+    conn = _proxied(untrusted, SPOOFED + GUEST_CONNECT)
+    try:
+        error = conn.error_then_close()
+    finally:
+        conn.close()
+    assert error["message"] == "Untrusted PROXY protocol peer"
+    assert error.text.startswith("127.0.0.1 is not a trusted proxy")
+    assert "proxy_protocol_trusted" in error.text
+    text = get(untrusted, "/metrics")[1]
+    assert metric(text, "stomp_bridge_connections_refused_total", '{limit="untrusted_proxy"}') == 1
+    assert metric(text, "stomp_bridge_connections_refused_total", '{limit="proxy_protocol"}') == 0
+    assert metric(text, "stomp_bridge_connections_opened_total") == 0
+    refused = [r for r in caplog.records if r.getMessage() == "connection refused"]
+    assert [(r.peer, r.reason) for r in refused] == [("127.0.0.1", "untrusted_proxy")]
+
+
+def test_http_endpoint_listens_only_on_http_host(bridge):
+    """http_host=127.0.0.1: /metrics is not reachable at another address of the machine
+    (127.0.0.2 is loopback too, but not the bound address)."""
+    local = bridge(http_host="127.0.0.1")
+    sockets = local._server.ops._server.sockets
+    assert sockets and {s.getsockname()[0] for s in sockets} == {"127.0.0.1"}
+    assert get(local, "/healthz") == (200, "ok\n")
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.2", local._server.ops.port), timeout=5).close()
+    # The default (every interface) answers there: the refusal above is the binding's doing.
+    everywhere = bridge()
+    socket.create_connection(("127.0.0.2", everywhere._server.ops.port), timeout=5).close()
+
+
+def test_metrics_carry_nothing_a_client_or_rabbitmq_chose(bridge, dial, unique):
+    """Labels come from fixed sets: no command, user, vhost, queue, destination, peer address
+    or reply text of RabbitMQ's ends up in /metrics (ERROR texts name them; labels must not)."""
+    server = bridge()
+    conn = dial(server)
+    conn.connect()
+    conn.send_frame(f"X{unique}", {"destination": f"/queue/d-{unique}"})  # an invented command
+    assert conn.expect("ERROR")["message"] == "Bad command"
+    conn.send_frame("SEND", {"destination": f"/topic/t-{unique}", f"h-{unique}": unique}, unique)
+    # RabbitMQ's reply text names the queue: "NOT_FOUND - no queue 'q-...' in vhost '/'".
+    conn.send_frame("SUBSCRIBE", {"destination": f"/amq/queue/q-{unique}", "id": "s-1"})
+    error = conn.error_then_close()
+    assert (error["message"], f"q-{unique}" in error.text) == ("not_found", True)
+    stranger = dial(server, timeout=CONNECT_FAILURE_CLOSE_TIMEOUT)  # RabbitMQ refuses the login
+    stranger.send_frame("CONNECT", {"accept-version": "1.2", "login": f"u-{unique}",
+                                    "passcode": f"p-{unique}", "host": f"v-{unique}"})
+    assert stranger.error_then_close()["message"] == "Bad CONNECT"
+    text = get(server, "/metrics")[1]
+    assert unique not in text and "127.0.0.1" not in text
+    assert metric(text, "stomp_bridge_frames_received_total", '{command="other"}') == 1
+    assert metric(text, "stomp_bridge_errors_total", '{reason="not_found"}') == 1
+    labels = {value for name, value in re.findall(r'^stomp_bridge_\w+\{(\w+)="([^"]*)"', text, re.M)
+              if name != "le"}
+    assert labels and labels <= (
+        CLOSE_REASONS | CLIENT_COMMANDS | SERVER_COMMANDS | REFUSALS | set(HANDSHAKE_FAILURES) | {"other"}
+    )
 
 
 def test_debug_frame_log_masks_passcodes_and_cuts_bodies(bridge, dial, caplog, unique):

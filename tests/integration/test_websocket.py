@@ -440,7 +440,7 @@ def test_cli_ws_port_none_turns_the_listener_off(broker):
 def test_proxy_protocol_header_before_the_upgrade_names_the_client(ws_bridge):
     """proxy_protocol covers the WebSocket listener too, as web-stomp's: the balancer's
     header comes first, and its source address is the client's (loopback_users, limits)."""
-    server = ws_bridge(proxy_protocol=True, loopback_users=["guest"])
+    server = ws_bridge(proxy_protocol=True, proxy_protocol_trusted=["127.0.0.1/32"], loopback_users=["guest"])
     for source, expected in (("203.0.113.7", "ERROR"), ("127.0.0.1", "CONNECTED")):
         sock = socket.create_connection(("127.0.0.1", server.ws_port), timeout=TIMEOUT)
         sock.sendall(f"PROXY TCP4 {source} 127.0.0.1 40000 15674\r\n".encode())
@@ -620,3 +620,24 @@ def test_an_oversized_message_is_cut_off_unbuffered_with_1009_and_costs_only_its
     assert [header(m, "message") for m in received] == ["Frame too large"]
     assert closed.rcvd is not None and closed.rcvd.code == 1009
     assert after[1] - before[1] < PEAK_GROWTH
+
+
+def test_proxy_protocol_header_from_an_untrusted_peer_is_refused_before_the_upgrade(ws_bridge):
+    """A peer outside proxy_protocol_trusted could name any client in its header: its
+    connection is closed before anything is read, as for a bad header."""
+    server = ws_bridge(proxy_protocol=True, proxy_protocol_trusted=["10.0.0.0/8"], loopback_users=["guest"])
+    with socket.create_connection(("127.0.0.1", server.ws_port), timeout=TIMEOUT) as sock:
+        sock.sendall(
+            b"PROXY TCP4 127.0.0.1 127.0.0.1 40000 15674\r\n"
+            b"GET /ws HTTP/1.1\r\nHost: bridge\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+            b"Sec-WebSocket-Protocol: v12.stomp\r\n\r\n"
+        )
+        try:
+            answer = sock.recv(4096)
+        except ConnectionResetError:  # closed with our bytes unread: the kernel resets
+            answer = b""
+    assert answer == b"", "no HTTP response, no upgrade"
+    _, text = get(server, "/metrics")
+    assert metric(text, "stomp_bridge_connections_refused_total", '{limit="untrusted_proxy"}') == 1
+    assert metric(text, "stomp_bridge_websocket_upgrades_total") == 0

@@ -50,3 +50,41 @@ def test_missing_or_unknown_config_file_is_a_clear_error(clean_env, capsys, tmp_
     other.write_text("port=1\n")
     assert main(["config", "show", "--config", str(other)]) == 2
     assert ".toml, .yaml or .yml" in capsys.readouterr().err
+
+
+def test_proxy_protocol_without_trusted_networks_does_not_start(clean_env, capsys):
+    """Trust is explicit: no list, no PROXY header from anyone (and no start-up)."""
+    clean_env.setenv("STOMP_BRIDGE_PROXY_PROTOCOL", "true")
+    assert main(["config", "show"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("stomp-bridge: invalid configuration: proxy_protocol needs proxy_protocol_trusted")
+
+
+@pytest.mark.parametrize("value", ['["10.0.0.0/8", "127.0.0.1"]', "10.0.0.0/8, 127.0.0.1"])
+def test_trusted_proxies_from_the_environment_as_json_or_commas(clean_env, capsys, value):
+    clean_env.setenv("STOMP_BRIDGE_PROXY_PROTOCOL", "true")
+    clean_env.setenv("STOMP_BRIDGE_PROXY_PROTOCOL_TRUSTED", value)
+    data = show(capsys)
+    assert data["proxy_protocol"] is True
+    assert data["proxy_protocol_trusted"] == ["10.0.0.0/8", "127.0.0.1/32"]
+
+
+def test_every_bad_trusted_network_gets_its_own_line(clean_env, capsys):
+    clean_env.setenv("STOMP_BRIDGE_PROXY_PROTOCOL", "true")
+    clean_env.setenv("STOMP_BRIDGE_PROXY_PROTOCOL_TRUSTED", '["10.0.0.0/8", "10.0.0.0/33", "lb.local", "10.1.2.3/8"]')
+    assert main(["config", "show"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "stomp-bridge: invalid setting proxy_protocol_trusted.1: '10.0.0.0/33' is not a network in CIDR "
+        "form (e.g. 10.0.0.0/8, 192.0.2.10/32 or fd00::/8)",
+        "stomp-bridge: invalid setting proxy_protocol_trusted.2: 'lb.local' is not a network in CIDR "
+        "form (e.g. 10.0.0.0/8, 192.0.2.10/32 or fd00::/8)",
+        "stomp-bridge: invalid setting proxy_protocol_trusted.3: '10.1.2.3/8' has host bits set; the "
+        "network is 10.0.0.0/8",
+    ]
+
+
+def test_a_trusted_list_that_is_not_json_says_so(clean_env, capsys):
+    clean_env.setenv("STOMP_BRIDGE_PROXY_PROTOCOL_TRUSTED", '["10.0.0.0/8",')
+    assert main(["config", "show"]) == 2
+    assert "invalid setting proxy_protocol_trusted: starts with '[' but is not a JSON list" in capsys.readouterr().err

@@ -1,9 +1,11 @@
-"""ProxyHeaderParser: v1 and v2 headers, early failure, limits, incremental feeding, fuzzing."""
+"""ProxyHeaderParser: v1 and v2 headers, early failure, limits, incremental feeding, fuzzing;
+ProxyTrust: which peers may send a header."""
 
 from __future__ import annotations
 
 import ipaddress
 import itertools
+import re
 import struct
 
 import pytest
@@ -16,6 +18,9 @@ from stomp_bridge.protocol.proxy import (
     ProxyHeaderParser,
     ProxyInfo,
     ProxyProtocolError,
+    ProxyTrust,
+    UntrustedProxy,
+    parse_network,
 )
 
 STOMP = b"CONNECT\naccept-version:1.2\nhost:/\n\n\0"
@@ -458,3 +463,93 @@ def test_a_mutated_valid_header_only_ever_raises_proxy_protocol_error(
     for _ in range(data.draw(st.integers(1, 3))):
         mutated[data.draw(st.integers(0, len(mutated) - 1))] = data.draw(st.integers(0, 255))
     _run_fuzz(bytes(mutated), data.draw(st.lists(st.integers(0, len(mutated)), max_size=4)))
+
+
+# -- trust: who may send the header (proxy_protocol_trusted) -----------------------------------
+
+TRUSTED = ProxyTrust.from_cidrs(["10.0.0.0/8", "127.0.0.1/32", "fd00::/8", "2001:db8:1::/48"])
+
+TRUST_CASES = [
+    # (peer address as getpeername gives it, trusted?)
+    ("10.1.2.3", True),  # v4 inside a v4 network
+    ("10.255.255.255", True),
+    ("11.0.0.1", False),  # v4 just outside
+    ("127.0.0.1", True),  # a /32
+    ("127.0.0.2", False),  # loopback, but not the trusted address
+    ("192.0.2.7", False),
+    ("fd00::1", True),  # v6 inside a v6 network
+    ("fd12:3456::9", True),
+    ("fe80::1", False),
+    ("fe80::1%eth0", False),  # link-local with a scope id: parsed, not trusted
+    ("2001:db8:1:ff::1", True),
+    ("2001:db8:2::1", False),
+    ("::1", False),  # v6 loopback is not 127.0.0.1/32
+    ("::ffff:10.1.2.3", True),  # v4-mapped v6 (a dual-stack listener): checked as 10.1.2.3
+    ("::ffff:127.0.0.1", True),
+    ("::ffff:11.0.0.1", False),
+    ("::ffff:203.0.113.5", False),
+    ("", False),  # no address at all
+    (None, False),
+    ("not-an-address", False),
+    ("10.1.2.3:40000", False),  # never a host:port string
+]
+
+
+@pytest.mark.parametrize(("peer", "trusted"), TRUST_CASES)
+def test_only_peers_in_the_trusted_networks_may_send_a_header(peer: str | None, trusted: bool) -> None:
+    assert TRUSTED.trusts(peer) is trusted
+
+
+def test_no_trusted_networks_trust_nobody() -> None:
+    nobody = ProxyTrust.from_cidrs([])
+    assert not any(nobody.trusts(peer) for peer, _ in TRUST_CASES)
+
+
+def test_a_v6_network_of_mapped_addresses_covers_v4_peers_seen_mapped() -> None:
+    mapped = ProxyTrust.from_cidrs(["::ffff:10.0.0.0/104"])
+    assert mapped.trusts("::ffff:10.9.8.7")
+    assert not mapped.trusts("::ffff:11.0.0.1")
+
+
+@pytest.mark.parametrize(
+    ("entry", "network"),
+    [
+        ("10.0.0.0/8", "10.0.0.0/8"),
+        (" 10.0.0.0/8 ", "10.0.0.0/8"),
+        ("192.0.2.10", "192.0.2.10/32"),  # one address
+        ("0.0.0.0/0", "0.0.0.0/0"),  # everyone, but said explicitly
+        ("FD00::/8", "fd00::/8"),
+        ("2001:db8::1", "2001:db8::1/128"),
+    ],
+)
+def test_a_trusted_entry_is_a_network_in_cidr_form(entry: str, network: str) -> None:
+    assert str(parse_network(entry)) == network
+
+
+@pytest.mark.parametrize(
+    ("entry", "problem"),
+    [
+        ("10.0.0.0/33", "is not a network in CIDR form"),
+        ("10.0.0/8", "is not a network in CIDR form"),
+        ("256.0.0.0/8", "is not a network in CIDR form"),
+        ("fd00::/129", "is not a network in CIDR form"),
+        ("10.0.0.0/8/8", "is not a network in CIDR form"),
+        ("lb.example.com", "is not a network in CIDR form"),  # names are not resolved
+        ("", "is not a network in CIDR form"),
+        ("*", "is not a network in CIDR form"),
+        ("10.1.2.3/8", "has host bits set; the network is 10.0.0.0/8"),
+        ("fd00::1/8", "has host bits set; the network is fd00::/8"),
+    ],
+)
+def test_a_bad_trusted_entry_says_what_is_wrong(entry: str, problem: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(problem)) as caught:
+        ProxyTrust.from_cidrs(["10.0.0.0/8", entry])
+    assert repr(entry) in str(caught.value)
+
+
+def test_an_untrusted_peer_is_told_which_setting_trusts_proxies() -> None:
+    error = UntrustedProxy("192.0.2.7")
+    assert isinstance(error, ProtocolError) and error.fatal
+    assert error.message == "Untrusted PROXY protocol peer"
+    assert "192.0.2.7 is not a trusted proxy" in error.detail
+    assert "proxy_protocol_trusted" in error.detail
