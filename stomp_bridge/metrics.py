@@ -121,6 +121,7 @@ class Counters:
         self.amqp_connection_failures = 0
         self.heartbeat_timeouts = 0
         self.auth_failures = 0
+        self.logins_throttled = 0  # refused at once: too many failed logins (login_failures_per_minute)
         # by limit: total, per_ip, origin, http_auth, proxy_protocol (bad header), untrusted_proxy
         self.connections_refused: defaultdict[str, int] = defaultdict(int)
         self.tls_handshake_failures: defaultdict[str, int] = defaultdict(int)  # by reason
@@ -142,6 +143,13 @@ class BridgeCollector(Collector):
             "RECEIPT frames waiting for RabbitMQ to confirm earlier publishes.",
             live["receipts_pending"],
         )
+        if "login_checks" in live:
+            yield _counter(
+                "stomp_bridge_login_checks",
+                "Logins RabbitMQ checked on a connection of their own before they joined a shared AMQP "
+                "connection (amqp_login_cache_seconds skips it).",
+                live["login_checks"],
+            )
         if "amqp_connections" in live:
             yield _gauge(
                 "stomp_bridge_amqp_connections",
@@ -187,6 +195,12 @@ class BridgeCollector(Collector):
             "stomp_bridge_heartbeat_timeouts", "Clients dropped for missing heart-beats.", c.heartbeat_timeouts
         )
         yield _counter("stomp_bridge_auth_failures", "CONNECTs refused by authentication.", c.auth_failures)
+        yield _counter(
+            "stomp_bridge_logins_throttled",
+            "CONNECTs refused without asking RabbitMQ: too many failed logins of that user from that "
+            "address (login_failures_per_minute).",
+            c.logins_throttled,
+        )
         yield _labelled(
             "stomp_bridge_tls_handshake_failures",
             "Failed TLS handshakes on the TLS and wss listeners, by reason (version, no_certificate, "

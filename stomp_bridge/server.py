@@ -36,6 +36,7 @@ from .certlogin import CertLogin, ConnectSecurity, amqp_client_context
 from .session import Session
 from .settings import Settings, mask_url
 from .swaptacular import SwaptacularProfile
+from .throttle import LoginThrottle
 from .tls import PeerCertificate, ServerTLS, certificate_summary, peer_certificate
 
 log = logging.getLogger(__name__)
@@ -139,6 +140,7 @@ class Connection:
         credentials: tuple[str | None, str | None] | None = None,
         peer_cert: PeerCertificate | None = None,
         security: ConnectSecurity | None = None,
+        throttle: LoginThrottle | None = None,
     ) -> None:
         self.counters = counters
         self._initial = initial  # client bytes that arrived with a PROXY protocol header
@@ -166,6 +168,7 @@ class Connection:
             credentials=credentials,
             peer_cert=peer_cert,
             security=security,
+            throttle=throttle,
         )
 
     def _write(self, data: bytes) -> None:
@@ -345,6 +348,7 @@ class BridgeServer:
         self._per_ip: dict[str, int] = {}
         self._closing = False
         self.endpoints = Endpoints(settings.amqp_url)
+        self.throttle = LoginThrottle(settings.login_failures_per_minute)
         self.pool = pool_for(
             self.endpoints,
             settings.amqp_heartbeat,
@@ -454,6 +458,7 @@ class BridgeServer:
             "connections": len(connections),
             "receipts_pending": sum(c.session.receipts_pending for c in connections),
             "amqp_connections": self.pool.connection_count,
+            "login_checks": self.pool.login_checks,
         }
 
     async def ready(self) -> tuple[bool, str]:
@@ -565,6 +570,7 @@ class BridgeServer:
         connection = Connection(
             link, self.settings, self.counters, self.endpoints, peer=peer, initial=initial,
             credentials=credentials, peer_cert=peer_cert, security=security or self.security,
+            throttle=self.throttle,
         )
         self._connections[task] = connection
         self.counters.connections_opened += 1

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from .certlogin import ConnectSecurity
     from .settings import Settings
     from .swaptacular import PeerPolicy
+    from .throttle import LoginThrottle
     from .tls import PeerCertificate
 
 log = logging.getLogger(__name__)
@@ -93,8 +95,10 @@ class Session:
         credentials: tuple[str | None, str | None] | None = None,
         peer_cert: PeerCertificate | None = None,
         security: ConnectSecurity | None = None,
+        throttle: LoginThrottle | None = None,
     ) -> None:
         self.settings = settings
+        self.throttle = throttle  # failed logins per (client address, user): password guessing
         self.endpoints = endpoints if endpoints is not None else Endpoints(settings.amqp_url)
         self.counters = counters if counters is not None else Counters()
         # The transport's side: where frames go, and how it closes, flushes and waits.
@@ -293,6 +297,15 @@ class Session:
         cx, cy = parse_heartbeat(headers.get("heart-beat", "0,0"))
         if login in s.loopback_users and not is_loopback(self.peer):
             raise AccessRefused("Bad CONNECT", "non-loopback access denied")
+        throttle = self.throttle
+        if throttle is not None and (wait := throttle.retry_after(self.peer, login)) > 0:
+            self.counters.logins_throttled += 1
+            raise AccessRefused(
+                "Bad CONNECT",
+                f"Access refused for user '{login}': {throttle.limit} failed logins from "
+                f"{self.peer} within {throttle.window:g} s; try again in {math.ceil(wait)} s",
+                private="login_failures_per_minute",
+            )
         try:
             # amqps://: verify RabbitMQ; EXTERNAL: also the certificate signed for this user
             tls_login = {
@@ -321,9 +334,15 @@ class Session:
                     client_name=f"stomp-bridge {self.peer_name} ({login})",
                     heartbeat=s.amqp_heartbeat, timeout=s.amqp_connect_timeout, **tls_login,
                 )
+        except AccessRefused:
+            if throttle is not None:
+                throttle.failed(self.peer, login)
+            raise
         except BrokerError:
             self.counters.amqp_connection_failures += 1
             raise
+        if throttle is not None:
+            throttle.succeeded(self.peer, login)
         self.amqp = amqp
         self.user, self.vhost = login, vhost
         self.client_id = headers.get("client-id")

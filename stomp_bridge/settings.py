@@ -125,6 +125,14 @@ class Settings(BaseSettings):
         description="Bytes queued for a client before the bridge stops acknowledging its deliveries "
         "to RabbitMQ, which then stops sending (prefetch, auto_ack_window): memory stays bounded.",
     )
+    login_failures_per_minute: int = Field(
+        10,
+        ge=0,
+        description="After this many failed logins of one user from one client address within a "
+        "minute, that user's logins from that address are refused at once, without asking "
+        "RabbitMQ, until the minute is over (stomp_bridge_logins_throttled_total); other users "
+        "and addresses are not affected. 0: no limit.",
+    )
     client_ack_window: int = Field(
         500,
         ge=1,

@@ -12,9 +12,12 @@ is RESOURCE_LOCKED for every other session, even one on the same shared AMQP con
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.integration.rawstomp import RawStomp
+from tests.integration.test_operations import get
 
 SESSIONS = 20
 
@@ -121,3 +124,24 @@ def test_another_session_cannot_take_the_replies_meant_for_a_temp_queue(two_on_o
     assert reply_to.startswith("/reply-queue/")
     responder.send_frame("SUBSCRIBE", {"destination": reply_to, "id": "steal"})
     _locked(responder, reply_to[len("/reply-queue/"):])
+
+
+@pytest.mark.skipif(os.environ.get("STOMP_BRIDGE_TEST_TARGET") == "native", reason="a bridge setting")
+def test_password_guessing_is_held_back_per_user_and_address(bridge, dial, rabbit, user):
+    """Bridge-only (the plugin does not limit): after login_failures_per_minute failed logins of
+    one user from one address, even the right password is refused for the rest of the minute,
+    without asking RabbitMQ; another user from the same address logs in."""
+    server = bridge(login_failures_per_minute=3)
+    for guess in ("a", "b", "c"):
+        conn = dial(server, timeout=15)
+        conn.send_frame("CONNECT", {"accept-version": "1.2", "login": user, "passcode": guess, "host": "/"})
+        assert conn.error_then_close()["message"] == "Bad CONNECT"
+    conn = dial(server)
+    conn.send_frame("CONNECT", {"accept-version": "1.2", "login": user, "passcode": "old-password", "host": "/"})
+    error = conn.error_then_close()
+    assert error["message"] == "Bad CONNECT"
+    assert error.text.startswith(f"Access refused for user '{user}': 3 failed logins from 127.0.0.1 within 60 s")
+    assert dial(server).connect()["version"] == "1.2"  # guest, from the same address
+    _, text = get(server, "/metrics")
+    assert "stomp_bridge_logins_throttled_total 1.0" in text
+    assert "stomp_bridge_auth_failures_total 4.0" in text

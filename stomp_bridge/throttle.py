@@ -1,0 +1,66 @@
+"""Failed logins, counted per client address and user, to stop password guessing (no I/O).
+
+RabbitMQ answers every login itself (the bridge asks it at each CONNECT), so a guesser
+could try passwords as fast as RabbitMQ answers. After ``limit`` failed logins of one user
+from one client address within ``window`` seconds, further logins of that user from that
+address are refused by the bridge, without asking RabbitMQ, until the oldest failure leaves
+the window. Other users from the same address, and the same user from elsewhere, are not
+affected: a guesser behind a shared address (a load balancer without the PROXY protocol)
+cannot lock everyone out, only the account it guesses at, and only from there. A login that
+succeeds clears its count.
+
+The state is bounded: at most ``max_keys`` (address, user) pairs, the least recently failed
+forgotten first, so a flood of invented user names costs a fixed amount of memory.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from time import monotonic
+
+
+class LoginThrottle:
+    def __init__(
+        self, limit: int, window: float = 60.0, *, max_keys: int = 100_000,
+        clock: Callable[[], float] = monotonic,
+    ) -> None:
+        self.limit = limit
+        self.window = window
+        self.max_keys = max_keys
+        self._clock = clock
+        self._failures: OrderedDict[tuple[str, str], deque[float]] = OrderedDict()
+
+    def __len__(self) -> int:
+        """(address, user) pairs remembered."""
+        return len(self._failures)
+
+    def retry_after(self, address: str | None, login: str) -> float:
+        """Seconds until ``login`` from ``address`` may try again (0: now)."""
+        if self.limit <= 0 or address is None:
+            return 0.0
+        times = self._failures.get((address, login))
+        if times is None:
+            return 0.0
+        now = self._clock()
+        while times and now - times[0] >= self.window:
+            times.popleft()
+        if len(times) < self.limit:
+            return 0.0
+        return self.window - (now - times[0])
+
+    def failed(self, address: str | None, login: str) -> None:
+        if self.limit <= 0 or address is None:
+            return
+        key = (address, login)
+        times = self._failures.pop(key, None)
+        if times is None:
+            times = deque(maxlen=self.limit)
+            if len(self._failures) >= self.max_keys:
+                self._failures.popitem(last=False)
+        times.append(self._clock())
+        self._failures[key] = times  # most recently failed last
+
+    def succeeded(self, address: str | None, login: str) -> None:
+        if address is not None:
+            self._failures.pop((address, login), None)
