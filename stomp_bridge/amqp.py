@@ -380,7 +380,7 @@ class AmqpSession:
         "publish_seq", "_batch", "_channel_number", "_frame_max", "on_delivery", "on_confirm",
         "on_closed", "on_cancelled", "on_batch_end", "_hooks", "_closing", "_prefetch",
         "_auto_tags", "_auto_pending", "_individual", "_auto_window", "_gate", "_gate_open",
-        "_waiter", "_auto_flush_at", "_ack_timer",
+        "_waiter", "_auto_flush_at", "_ack_timer", "_rpcs", "_lost",
     )
 
     def __init__(
@@ -405,6 +405,8 @@ class AmqpSession:
         self.on_cancelled: Callable[[str], None] | None = None
         self.on_batch_end: Callable[[], None] | None = None
         self._closing = False
+        self._rpcs = 0  # RPCs awaiting RabbitMQ's answer: a channel error reaches their caller
+        self._lost: BaseException | None = None  # a close that an RPC in flight will report
         self._prefetch = 0  # the per-consumer prefetch the channel applies to new consumers
         # ack:auto consumers, acknowledged by the bridge (see the module docstring).
         self._auto_tags: set[str] = set()
@@ -682,24 +684,36 @@ class AmqpSession:
         self.connection_lost(exc)
 
     def connection_lost(self, exc: BaseException) -> None:
-        """The channel or the whole connection closed: the session ends with the reason."""
+        """The channel or the whole connection closed: the session ends with the reason. While
+        an RPC waits, the reason reaches the session through that RPC instead, where the
+        command that caused it is known (the plugin words some refusals differently)."""
         if self._closing or self.on_closed is None:
             return
         self._closing = True
-        self.on_closed(broker_error(exc))
+        if self._rpcs:
+            self._lost = exc
+        else:
+            self.on_closed(broker_error(exc))
 
     # -- RPCs: the batch goes first so the broker sees frames in client order -------
 
     async def _rpc(self, coro_fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         await self.flush()
+        self._rpcs += 1
         try:
-            return await coro_fn(*args, **kwargs)
+            result = await coro_fn(*args, **kwargs)
         except StompError:
             raise
         except (amqp_exc.AMQPError, amqp_exc.ChannelInvalidStateError, ConnectionError) as exc:
             raise broker_error(exc) from exc
         except ValueError as exc:  # pamqp refuses a name or value it cannot encode
             raise ProtocolError("Invalid header", f"RabbitMQ cannot be sent this value: {exc}") from exc
+        finally:
+            self._rpcs -= 1
+            lost, self._lost = self._lost, None  # raised: the caller has the reason already
+        if lost is not None and self.on_closed is not None:
+            self.on_closed(broker_error(lost))  # the channel closed after this RPC's answer
+        return result
 
     # -- exclusive queues belong to the session, not to the shared connection ------------
 

@@ -543,6 +543,13 @@ class Session:
             await amqp.consume(queue, tag, no_ack=mode == "auto", arguments=arguments)
             if plan.binding is not None:
                 await amqp.bind(queue, *plan.binding)
+        except BrokerError as exc:
+            self.subscriptions.pop(tag, None)
+            if exc.message == "access_refused" and destination.kind == dest.TOPIC:
+                # The plugin checks topic read permission itself and quotes the refusal
+                # without the reply code RabbitMQ's bind refusal starts with.
+                exc.detail = exc.detail.removeprefix("ACCESS_REFUSED - ")
+            raise
         except BaseException:
             self.subscriptions.pop(tag, None)
             raise

@@ -63,3 +63,17 @@ def test_user_without_vhost_access_cannot_connect(raw, unique, user):
     error = conn.expect("ERROR")
     assert error["message"] == "Bad CONNECT"
     assert error.text == "Virtual host '/' access denied"
+
+
+def test_topic_read_permissions_apply_to_topic_subscribe(connected, rabbit, broker, unique, user):
+    rabbit.set_permissions(user)
+    rabbit.set_topic_permissions(user, read="^allowed\\.")
+    conn = connected(login=user, passcode="pw")
+    conn.subscribe(f"/topic/allowed.{unique}", sub_id="ok")
+    conn.send_frame("SUBSCRIBE", {"destination": f"/topic/denied.{unique}", "id": "no"})
+    error = conn.error_then_close()
+    assert error["message"] == "access_refused"
+    # the plugin checks this itself, before any queue exists, and quotes RabbitMQ's refusal
+    # without its reply code
+    assert error.text == (f"{_denied(broker, 'read')} to topic 'denied.{unique}' in exchange "
+                          f"'amq.topic' in vhost '/' refused for user '{user}'")
