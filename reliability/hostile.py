@@ -212,8 +212,58 @@ async def resets_mid_frame(ctx: Ctx) -> int:
     return await _repeat(ctx, once)
 
 
+async def connect_flood(ctx: Ctx) -> int:
+    """Hundreds of connections that start a CONNECT and never finish it, all at once: each gets
+    'Connect timeout' after connect_timeout; the bridge holds at most their unfinished bytes."""
+    n = 500
+    wire = b"CONNECT\naccept-version:1.2\nhost:" + ctx.vhost.encode() + b"\nlogin:guest\n"
+    rss0 = ctx.bridge.rss_kb()
+
+    async def one() -> None:
+        client = await StompClient.open(ctx.port)
+        try:
+            client.send_raw(wire)
+            await _expect_error(client, "Connect timeout", 30)
+        finally:
+            client.abort()
+
+    await asyncio.gather(*(one() for _ in range(n)))
+    OUTCOMES["connect flood: bridge RSS growth kB"] = max(0, ctx.bridge.rss_kb() - rss0)
+    return n
+
+
+async def password_guessing(ctx: Ctx) -> int:
+    """Wrong passcodes for one user from one address, as fast as the answers come: RabbitMQ
+    answers the first login_failures_per_minute of them, the bridge the rest, at once."""
+    user = f"victim-{uuid.uuid4().hex[:8]}"
+    deadline = time.monotonic() + ctx.window
+    count = 0
+
+    async def lane() -> None:
+        nonlocal count
+        while time.monotonic() < deadline:
+            client = await StompClient.open(ctx.port)
+            try:
+                client.send("CONNECT", {"accept-version": "1.2", "host": ctx.vhost, "login": user,
+                                        "passcode": uuid.uuid4().hex})
+                frames = await client.until_closed(30)
+            finally:
+                client.abort()
+            if not frames or frames[0].headers.get("message") != "Bad CONNECT":
+                raise AssertionError(f"expected Bad CONNECT, got {[(f.command, f.headers) for f in frames]}")
+            key = "guess refused by the bridge (throttled)" if "failed logins" in frames[0].body.decode() \
+                else "guess refused by RabbitMQ"
+            OUTCOMES[key] = OUTCOMES.get(key, 0) + 1
+            count += 1
+
+    await asyncio.gather(*(lane() for _ in range(4)))
+    return count
+
+
 ATTACKS: dict[str, Callable[[Ctx], Awaitable[int]]] = {
     "slowloris (1 byte/s CONNECT)": slowloris,
+    "CONNECT flood, never finished (500 at once)": connect_flood,
+    "password guessing, one user": password_guessing,
     "never-ending headers": endless_headers,
     "huge content-length": huge_content_length,
     "subscriptions past the limit": many_subscriptions,

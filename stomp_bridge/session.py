@@ -306,6 +306,8 @@ class Session:
                 f"{self.peer} within {throttle.window:g} s; try again in {math.ceil(wait)} s",
                 private="login_failures_per_minute",
             )
+        if throttle is not None:
+            throttle.begin(self.peer, login)
         try:
             # amqps://: verify RabbitMQ; EXTERNAL: also the certificate signed for this user
             tls_login = {
@@ -338,8 +340,11 @@ class Session:
             if throttle is not None:
                 throttle.failed(self.peer, login)
             raise
-        except BrokerError:
-            self.counters.amqp_connection_failures += 1
+        except BaseException as exc:  # RabbitMQ did not answer (or we were cancelled): no verdict
+            if throttle is not None:
+                throttle.abandon(self.peer, login)
+            if isinstance(exc, BrokerError):
+                self.counters.amqp_connection_failures += 1
             raise
         if throttle is not None:
             throttle.succeeded(self.peer, login)

@@ -4,7 +4,9 @@ RabbitMQ answers every login itself (the bridge asks it at each CONNECT), so a g
 could try passwords as fast as RabbitMQ answers. After ``limit`` failed logins of one user
 from one client address within ``window`` seconds, further logins of that user from that
 address are refused by the bridge, without asking RabbitMQ, until the oldest failure leaves
-the window. Other users from the same address, and the same user from elsewhere, are not
+the window. Logins still waiting for RabbitMQ's answer count as failures until it comes, so
+concurrent guesses cannot slip past the limit either: at most ``limit`` of them reach
+RabbitMQ per window. Other users from the same address, and the same user from elsewhere, are not
 affected: a guesser behind a shared address (a load balancer without the PROXY protocol)
 cannot lock everyone out, only the account it guesses at, and only from there. A login that
 succeeds clears its count.
@@ -30,6 +32,7 @@ class LoginThrottle:
         self.max_keys = max_keys
         self._clock = clock
         self._failures: OrderedDict[tuple[str, str], deque[float]] = OrderedDict()
+        self._pending: dict[tuple[str, str], int] = {}  # logins waiting for RabbitMQ's answer
 
     def __len__(self) -> int:
         """(address, user) pairs remembered."""
@@ -39,20 +42,41 @@ class LoginThrottle:
         """Seconds until ``login`` from ``address`` may try again (0: now)."""
         if self.limit <= 0 or address is None:
             return 0.0
-        times = self._failures.get((address, login))
+        key = (address, login)
+        pending = self._pending.get(key, 0)
+        times = self._failures.get(key)
         if times is None:
-            return 0.0
+            return 0.0 if pending < self.limit else self.window
         now = self._clock()
         while times and now - times[0] >= self.window:
             times.popleft()
-        if len(times) < self.limit:
+        if len(times) + pending < self.limit:
             return 0.0
-        return self.window - (now - times[0])
+        return self.window - (now - times[0]) if times else self.window
+
+    def begin(self, address: str | None, login: str) -> None:
+        """A login goes to RabbitMQ: it counts against the limit until failed() or succeeded()."""
+        if self.limit > 0 and address is not None:
+            key = (address, login)
+            self._pending[key] = self._pending.get(key, 0) + 1
+
+    def abandon(self, address: str | None, login: str) -> None:
+        """The login got no answer from RabbitMQ (unreachable, cancelled): it counts no more."""
+        if address is not None:
+            self._end((address, login))
+
+    def _end(self, key: tuple[str, str]) -> None:
+        left = self._pending.get(key, 0) - 1
+        if left > 0:
+            self._pending[key] = left
+        else:
+            self._pending.pop(key, None)
 
     def failed(self, address: str | None, login: str) -> None:
         if self.limit <= 0 or address is None:
             return
         key = (address, login)
+        self._end(key)
         times = self._failures.pop(key, None)
         if times is None:
             times = deque(maxlen=self.limit)
@@ -63,4 +87,5 @@ class LoginThrottle:
 
     def succeeded(self, address: str | None, login: str) -> None:
         if address is not None:
+            self._end((address, login))
             self._failures.pop((address, login), None)

@@ -232,3 +232,27 @@ def test_ack_auto_deliveries_are_acknowledged_while_the_client_is_quiet(bridge, 
     assert unacked == 0
     conn.receipt("SEND", {"destination": f"/queue/{name}"}, "still here", receipt_id="after")
     assert conn.expect("MESSAGE").body == b"still here"
+
+
+def test_many_sessions_of_one_login_never_pass_the_channel_cap_and_cost_others_nothing(bridge, dial, user):
+    """The channel-exhaustion attack: one client opens session after session with one login.
+    Each AMQP connection carries at most amqp_channels_per_connection of them (never more than
+    RabbitMQ's channel_max), new ones open further connections of that user only, and another
+    user's login is unaffected (RabbitMQ's own view: rabbitmqctl list_connections)."""
+    import json
+
+    from tests.brokers import rabbitmqctl
+
+    b = bridge(amqp_channels_per_connection=8, amqp_min_connections_per_login=1)
+    conns = []
+    for _ in range(60):
+        conn = dial(b)
+        conn.connect(login=user, passcode="pw1")
+        conns.append(conn)
+    other = dial(b)
+    other.connect()
+    other.receipt("SEND", {"destination": "/topic/unaffected"}, "x")
+    listed = json.loads(rabbitmqctl("list_connections", "-q", "--formatter", "json", "user", "channels") or "[]")
+    mine = [row["channels"] for row in listed if row["user"] == user]
+    assert sorted(mine) == [4] + [8] * 7, mine  # 60 sessions: 7 full connections and one with 4
+    assert _groups(b)[(user, "/")] == [8] * 7 + [4]

@@ -49,8 +49,10 @@ def test_hostile_clients_each_get_their_error_or_close(broker, mgmt):
     finally:
         mgmt.delete_vhost(vhost)
     assert result["attacks"] >= len(hostile.ATTACKS)
-    assert result["outcomes"]["ERROR Connect timeout"] == 20
+    assert result["outcomes"]["ERROR Connect timeout"] == 20 + 500  # slowloris, CONNECT flood
     assert result["outcomes"]["ERROR Too many subscriptions"] == 1
+    assert result["outcomes"]["guess refused by RabbitMQ"] == 10  # login_failures_per_minute
+    assert result["outcomes"]["guess refused by the bridge (throttled)"] > 0
 
 
 def test_resending_client_loses_nothing_when_proxies_cut_delay_and_pause(broker, mgmt):
