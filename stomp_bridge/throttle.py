@@ -4,9 +4,10 @@ RabbitMQ answers every login itself (the bridge asks it at each CONNECT), so a g
 could try passwords as fast as RabbitMQ answers. After ``limit`` failed logins of one user
 from one client address within ``window`` seconds, further logins of that user from that
 address are refused by the bridge, without asking RabbitMQ, until the oldest failure leaves
-the window. Logins still waiting for RabbitMQ's answer count as failures until it comes, so
-concurrent guesses cannot slip past the limit either: at most ``limit`` of them reach
-RabbitMQ per window. Other users from the same address, and the same user from elsewhere, are not
+the window. Once one login has failed, logins still waiting for RabbitMQ's answer count as
+failures until it comes, so concurrent guesses cannot slip past the limit (at most ``limit``
+of them reach RabbitMQ per window, plus those already in flight at the first failure); a burst
+of logins with no failure (10,000 clients of one user reconnecting) is never held back. Other users from the same address, and the same user from elsewhere, are not
 affected: a guesser behind a shared address (a load balancer without the PROXY protocol)
 cannot lock everyone out, only the account it guesses at, and only from there. A login that
 succeeds clears its count.
@@ -43,16 +44,15 @@ class LoginThrottle:
         if self.limit <= 0 or address is None:
             return 0.0
         key = (address, login)
-        pending = self._pending.get(key, 0)
         times = self._failures.get(key)
         if times is None:
-            return 0.0 if pending < self.limit else self.window
+            return 0.0
         now = self._clock()
         while times and now - times[0] >= self.window:
             times.popleft()
-        if len(times) + pending < self.limit:
+        if not times or len(times) + self._pending.get(key, 0) < self.limit:
             return 0.0
-        return self.window - (now - times[0]) if times else self.window
+        return self.window - (now - times[0])
 
     def begin(self, address: str | None, login: str) -> None:
         """A login goes to RabbitMQ: it counts against the limit until failed() or succeeded()."""
