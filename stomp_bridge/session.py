@@ -158,11 +158,15 @@ class Session:
         try:
             await self._dispatch(frame)
         except StompError as exc:
-            if exc.receipt_id is None:
-                exc.receipt_id = frame.headers.get("receipt")
-            if exc.fatal or self.settings.close_on_error:
-                raise
-            self.fail(exc, close=False)
+            self._answer(exc, frame)
+
+    def _answer(self, exc: StompError, frame: Frame) -> None:
+        """``frame`` failed: re-raise what ends the connection, else send its ERROR now."""
+        if exc.receipt_id is None:
+            exc.receipt_id = frame.headers.get("receipt")
+        if exc.fatal or self.settings.close_on_error:
+            raise exc
+        self.fail(exc, close=False)
 
     async def _dispatch(self, frame: Frame) -> None:
         command = frame.command
@@ -799,11 +803,7 @@ class Session:
                 else:
                     self._settle(action, action.command)
             except StompError as exc:
-                if exc.receipt_id is None:
-                    exc.receipt_id = action.headers.get("receipt")
-                if exc.fatal or self.settings.close_on_error:
-                    raise
-                self.fail(exc, close=False)
+                self._answer(exc, action)
         self._maybe_receipt(frame)
 
     async def _on_abort(self, frame: Frame) -> None:
