@@ -157,7 +157,7 @@ def pool_for(endpoints: Endpoints, heartbeat: int = 60, timeout: float = 10.0, *
         async def checker(login: str, passcode: str, vhost: str, client_name: str, **tls: Any) -> None:
             await check_login(endpoints, login, passcode, vhost, client_name, timeout, **tls)
 
-        pool = AmqpPool(opener, checker=checker, **options)
+        pool = AmqpPool(opener, checker, **options)
         endpoints.pool = pool  # type: ignore[attr-defined]
     return pool
 
@@ -380,7 +380,7 @@ class AmqpSession:
         "publish_seq", "_batch", "_channel_number", "_frame_max", "on_delivery", "on_confirm",
         "on_closed", "on_cancelled", "on_batch_end", "_hooks", "_closing", "_prefetch",
         "_auto_tags", "_auto_pending", "_individual", "_auto_window", "_gate", "_gate_open",
-        "_waiter", "_auto_flush_at", "_ack_timer", "_rpcs", "_lost",
+        "_waiter", "_auto_flush_at", "_ack_timer", "_rpcs", "_lost", "_consuming",
     )
 
     def __init__(
@@ -408,6 +408,7 @@ class AmqpSession:
         self._rpcs = 0  # RPCs awaiting RabbitMQ's answer: a channel error reaches their caller
         self._lost: BaseException | None = None  # a close that an RPC in flight will report
         self._prefetch = 0  # the per-consumer prefetch the channel applies to new consumers
+        self._consuming = asyncio.Lock()  # a qos and its consume, one pair at a time
         # ack:auto consumers, acknowledged by the bridge (see the module docstring).
         self._auto_tags: set[str] = set()
         self._auto_pending: list[int] = []
@@ -768,44 +769,46 @@ class AmqpSession:
         await self._rpc(self.channel.queue_delete, queue)
         self.release_exclusive(queue)
 
-    async def qos(self, prefetch_count: int) -> None:
-        """The prefetch for consumers created after it (RabbitMQ's per-consumer qos)."""
-        if prefetch_count != self._prefetch:
-            await self._rpc(self.channel.basic_qos, prefetch_count=prefetch_count)
-            self._prefetch = prefetch_count
-
     async def consume(
         self,
         queue: str,
         consumer_tag: str,
         *,
         no_ack: bool,
+        prefetch: int = 0,
         arguments: dict[str, Any] | None = None,
     ) -> None:
-        """Consume; an ack:auto (``no_ack``) consumer is acked by the bridge within a window.
+        """Consume with ``prefetch`` (0: unlimited); an ack:auto (``no_ack``) consumer is acked
+        by the bridge within ``auto_ack_window`` instead.
 
         Except on a stream (``x-stream-…`` arguments): RabbitMQ refuses ack:auto
-        there, and the client must get that refusal as from the plugin.
+        there, and the client must get that refusal as from the plugin. RabbitMQ's
+        per-consumer qos applies to the consumers created after it, so qos and consume go
+        together, one pair at a time (a session may add a consumer while it handles a frame).
         """
         self._check_exclusive(queue)
         bridge_acks = no_ack and not (arguments and any(k.startswith("x-stream-") for k in arguments))
-        if bridge_acks:
-            await self.qos(self._auto_window)
-            self._auto_tags.add(consumer_tag)
-        elif not no_ack:
-            self._individual = True
-        try:
-            await self._rpc(
-                self.channel.basic_consume,
-                queue,
-                _unused_consumer,
-                no_ack=no_ack and not bridge_acks,
-                consumer_tag=consumer_tag,
-                arguments=arguments or None,
-            )
-        except BaseException:
-            self._auto_tags.discard(consumer_tag)
-            raise
+        async with self._consuming:
+            if bridge_acks:
+                prefetch = self._auto_window
+                self._auto_tags.add(consumer_tag)
+            elif not no_ack:
+                self._individual = True
+            try:
+                if prefetch != self._prefetch:
+                    await self._rpc(self.channel.basic_qos, prefetch_count=prefetch)
+                    self._prefetch = prefetch
+                await self._rpc(
+                    self.channel.basic_consume,
+                    queue,
+                    _unused_consumer,
+                    no_ack=no_ack and not bridge_acks,
+                    consumer_tag=consumer_tag,
+                    arguments=arguments or None,
+                )
+            except BaseException:
+                self._auto_tags.discard(consumer_tag)
+                raise
 
     async def cancel(self, consumer_tag: str) -> None:
         await self._rpc(self.channel.basic_cancel, consumer_tag)

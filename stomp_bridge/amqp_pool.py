@@ -118,9 +118,9 @@ class AmqpPool:
     """Shared connections by (user, passcode digest, vhost); any node of ``amqp_url`` serves."""
 
     def __init__(
-        self, opener: Opener, *, channels_per_connection: int = 64, min_connections: int = 1,
-        reuse_seconds: float = 300.0, auto_ack_window: int = 500, login_cache_seconds: float = 0.0,
-        checker: Checker | None = None, clock: Callable[[], float] = monotonic,
+        self, opener: Opener, checker: Checker, *, channels_per_connection: int = 64,
+        min_connections: int = 1, reuse_seconds: float = 300.0, auto_ack_window: int = 500,
+        login_cache_seconds: float = 0.0, clock: Callable[[], float] = monotonic,
     ) -> None:
         self.min_connections = max(1, min_connections)
         self._opener = opener
@@ -221,20 +221,11 @@ class AmqpPool:
         self, key: tuple, login: str, passcode: str, vhost: str, client_name: str, context: Any,
         external: bool,
     ) -> None:
-        """RabbitMQ's verdict on a login: a connection of its own, opened and closed at once
-        (``checker``: the bare AMQP handshake; without one, the opener's connection)."""
+        """RabbitMQ's verdict on a login, on a connection of its own (``checker``: the bare AMQP
+        handshake, then closed)."""
         self.login_checks += 1
-        name = f"{client_name} login check"
-        if self._checker is not None:
-            await self._checker(login, passcode, vhost, name, context=context, external=external)
-            self._accept(key)
-            return
-        connection, _ = await self._opener(login, passcode, vhost, name, context=context, external=external)
+        await self._checker(login, passcode, vhost, f"{client_name} login check", context=context, external=external)
         self._accept(key)
-        try:
-            await asyncio.wait_for(connection.close(), timeout=5)
-        except Exception as exc:  # noqa: BLE001 - RabbitMQ answered the login; that is what counts
-            log.debug("amqp close after a login check failed: %r", exc)
 
     async def release(self, shared: SharedConnection) -> None:
         """Give back a slot; the last session out closes the connection."""

@@ -205,7 +205,6 @@ async def subscribe_composite(
     amqp = session._amqp()
     headers = frame.headers
     plans = [session._subscribe_plan(target, headers) for target in targets]  # refusals before I/O
-    await amqp.qos(prefetch)
     session.subscriptions[sub.consumer_tag] = sub
     extra: list[str] = []
     try:
@@ -221,7 +220,7 @@ async def subscribe_composite(
                 extra.append(tag)
                 session.subscriptions[tag] = sub
                 sub.extra_tags = tuple(extra)
-            await amqp.consume(queue, tag, no_ack=not sub.ack, arguments=arguments)
+            await amqp.consume(queue, tag, no_ack=not sub.ack, prefetch=prefetch, arguments=arguments)
             if plan.binding is not None:
                 await amqp.bind(queue, *plan.binding)
     except BaseException:

@@ -541,7 +541,6 @@ class Session:
             queue = await self._declare(plan.declare)
         if self.settings.retained_messages and destination.kind == dest.TOPIC and plan.binding is not None:
             await ext.copy_retained(self, queue, plan.binding)
-        await amqp.qos(prefetch)
         sub = Subscription(tag, destination, queue, ack=mode != "auto", multiple=multiple, filter=hook,
                            window=window, arguments=arguments)
         receipt = frame.headers.get("receipt")
@@ -549,7 +548,7 @@ class Session:
             sub.held = []
         self.subscriptions[tag] = sub
         try:
-            await amqp.consume(queue, tag, no_ack=mode == "auto", arguments=arguments)
+            await amqp.consume(queue, tag, no_ack=mode == "auto", prefetch=prefetch, arguments=arguments)
             if plan.binding is not None:
                 await amqp.bind(queue, *plan.binding)
         except BrokerError as exc:
@@ -658,10 +657,11 @@ class Session:
                 self._add_window(sub)
         self.counters.messages_delivered += 1
         self.counters.frames_out["MESSAGE"] += 1
+        data = self._encode(Frame("MESSAGE", headers, body))
         if sub.held is not None:
-            sub.held.append(self._encode(Frame("MESSAGE", headers, body)))
-            return
-        self._write(self._encode(Frame("MESSAGE", headers, body)))
+            sub.held.append(data)
+        else:
+            self._write(data)
 
     def _add_window(self, sub: Subscription) -> None:
         """The client holds a whole window of a windowed subscription: one consumer more."""
@@ -690,10 +690,9 @@ class Session:
                 return  # ACKs made room meanwhile
             amqp = self._amqp()
             tag = f"{sub.consumer_tag}{WINDOW_TAG_SEPARATOR}{len(sub.extra_tags) + 1}"
-            await amqp.qos(sub.window)
             self.subscriptions[tag] = sub
             sub.extra_tags = (*sub.extra_tags, tag)
-            await amqp.consume(sub.queue, tag, no_ack=False, arguments=sub.arguments)
+            await amqp.consume(sub.queue, tag, no_ack=False, prefetch=sub.window, arguments=sub.arguments)
         except StompError as exc:
             self.fail(exc)
         finally:
