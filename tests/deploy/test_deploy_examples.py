@@ -38,7 +38,7 @@ METRIC = re.compile(r"\bstomp_bridge_[a-z_]+\b")
 def exposed_metrics() -> set[str]:
     """Every series name the bridge's /metrics can carry, with Prometheus' suffixes."""
     names = set()
-    live = {"connections": 0, "receipts_pending": 0, "amqp_connections": 0}  # every gauge BridgeServer feeds
+    live = {"connections": 0, "receipts_pending": 0, "amqp_connections": 0, "login_checks": 0}  # all BridgeServer feeds
     for family in Metrics(lambda: live).registry.collect():
         if family.type == "counter":
             names.add(family.name + "_total")
