@@ -145,3 +145,25 @@ def test_password_guessing_is_held_back_per_user_and_address(bridge, dial, rabbi
     _, text = get(server, "/metrics")
     assert "stomp_bridge_logins_throttled_total 1.0" in text
     assert "stomp_bridge_auth_failures_total 4.0" in text
+
+
+def test_an_expired_token_is_refused_at_the_next_login(raw, broker):
+    """OAuth 2 (RabbitMQ's rabbitmq_auth_backend_oauth2, a JWT as the passcode): once the token
+    has expired, a new login with it is refused, also while sessions that logged in with it
+    earlier share AMQP connections (which RabbitMQ itself closes at the expiry)."""
+    import time
+
+    from tests.tokens import token
+
+    if broker.local is None or broker.local.name == "system":
+        pytest.skip("OAuth 2 is set up on the 4.x test brokers (scripts/rabbitmq4) only")
+    lifetime = 3
+    jwt = token("oauth-user", expires_in=lifetime)
+    expires = time.time() + lifetime
+    for _ in range(SESSIONS):
+        raw(timeout=15).connect(login="oauth-user", passcode=jwt)
+    time.sleep(max(0.0, expires - time.time()) + 1.5)  # no event says a token expired: the clock
+    for _ in range(3):
+        error = _refused(raw, "oauth-user", jwt)
+        assert error.text.rstrip("\n") == "Access refused for user 'oauth-user'"
+    assert raw(timeout=15).connect(login="oauth-user", passcode=token("oauth-user"))["version"] == "1.2"
