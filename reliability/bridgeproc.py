@@ -38,7 +38,7 @@ class _ErrorCounter(logging.Handler):
 
 
 async def _serve(stats_path: str) -> None:
-    from stomp_bridge.server import BridgeServer
+    from stomp_bridge.transport.server import BridgeServer
     from stomp_bridge.settings import Settings
 
     settings = Settings()

@@ -13,10 +13,10 @@ import sys
 
 from pydantic import ValidationError
 
-from . import __version__
-from .logs import configure
-from .server import BridgeServer
-from .settings import Settings, load, masked, reference
+from stomp_bridge import __version__
+from stomp_bridge.logs import configure
+from stomp_bridge.transport.server import BridgeServer
+from stomp_bridge.settings import Settings, load, masked, reference
 
 log = logging.getLogger("stomp_bridge")
 
@@ -134,7 +134,7 @@ def _settings_or_exit(argv: list[str]) -> Settings | int:
 
 def _manifest(argv: list[str]) -> int:
     """``manifest write [-o stomp.toml] [settings flags]`` / ``manifest validate FILE``."""
-    from . import manifest
+    from stomp_bridge.swaptacular import manifest
 
     if argv[:1] == ["validate"] and len(argv) == 2:
         try:
@@ -169,8 +169,8 @@ def _manifest(argv: list[str]) -> int:
 
 
 async def _forward(settings: Settings) -> None:
-    from .forwarder import Forwarder
-    from .manifest import parse
+    from stomp_bridge.swaptacular.forwarder import Forwarder
+    from stomp_bridge.swaptacular.manifest import parse
 
     if not settings.swpt_peer_manifest:
         raise ValueError("stomp-bridge forward needs swpt_peer_manifest (the peer's stomp.toml)")

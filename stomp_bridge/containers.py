@@ -23,8 +23,8 @@ from testcontainers.core.container import DockerContainer
 from testcontainers.core.network import Network
 from testcontainers.core.wait_strategies import HttpWaitStrategy
 
-from . import __version__
-from .settings import Settings
+from stomp_bridge import __version__
+from stomp_bridge.settings import Settings
 
 STOMP_PORT = 61613
 WS_PORT = 15674

@@ -16,7 +16,7 @@ import urllib.request
 
 from pydantic import ValidationError
 
-from .settings import load
+from stomp_bridge.settings import load
 
 WILDCARDS = ("", "0.0.0.0", "::", "[::]")
 

@@ -22,7 +22,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-from .protocol.proxy import parse_network
+from stomp_bridge.protocol.proxy import parse_network
 
 
 def _network(text: str) -> str:

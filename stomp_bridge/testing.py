@@ -20,8 +20,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from .server import BridgeServer
-from .settings import Settings
+from stomp_bridge.transport.server import BridgeServer
+from stomp_bridge.settings import Settings
 
 LOCAL_RABBITMQ = "amqp://guest:guest@127.0.0.1:5672/"
 START_TIMEOUT = 30.0
@@ -105,7 +105,7 @@ def running_bridge(amqp_url: str = LOCAL_RABBITMQ, **settings: Any) -> Iterator[
 def __getattr__(name: str) -> Any:
     # The container helpers need testcontainers (the `testing` extra); import it only when asked.
     if name in ("StompBridgeContainer", "bridge_with_rabbitmq", "container_pair"):
-        from . import containers
+        from stomp_bridge import containers
 
         return getattr(containers, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

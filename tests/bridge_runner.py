@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from stomp_bridge.server import BridgeServer
+from stomp_bridge.transport.server import BridgeServer
 from stomp_bridge.settings import Settings
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from .errors import ProtocolError
+from stomp_bridge.protocol.errors import ProtocolError
 
 SUPPORTED_VERSIONS = ("1.0", "1.1", "1.2")
 

@@ -23,8 +23,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from .dialect import NEWEST, Dialect
-from .errors import FrameRejected, InvalidDestination
+from stomp_bridge.protocol.dialect import NEWEST, Dialect
+from stomp_bridge.protocol.errors import FrameRejected, InvalidDestination
 
 EXCHANGE = "exchange"
 QUEUE = "queue"
@@ -499,4 +499,4 @@ def reply_to_temp_queue(reply_to: str) -> str | None:
 
 # headers.py imports this module: bound last, and used only at call time (an import
 # statement inside _queue_arguments cost 5 % of a SEND's CPU).
-from . import headers as _headers  # noqa: E402
+from stomp_bridge.protocol import headers as _headers  # noqa: E402

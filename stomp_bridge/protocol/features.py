@@ -14,8 +14,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import replace
 
-from . import destinations as dest
-from .errors import FrameRejected, InvalidDestination
+from stomp_bridge.protocol import destinations as dest
+from stomp_bridge.protocol.errors import FrameRejected, InvalidDestination
 
 # -- composite destinations (Apollo: "destination:/queue/a,/queue/b,/topic/c") ---------------
 

@@ -17,8 +17,8 @@ import secrets
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
-from .destinations import DEST_PREFIXES, REPLY_QUEUE_PREFIX, base64url, message_destination, processing_error
-from .errors import FrameRejected
+from stomp_bridge.protocol.destinations import DEST_PREFIXES, REPLY_QUEUE_PREFIX, base64url, message_destination, processing_error
+from stomp_bridge.protocol.errors import FrameRejected
 
 # -- names (rabbit_stomp_headers.hrl) ----------------------------------------------------
 

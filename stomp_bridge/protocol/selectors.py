@@ -38,7 +38,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .errors import FrameRejected
+from stomp_bridge.protocol.errors import FrameRejected
 
 Headers = Mapping[str, str]
 Value = Any  # str | int | float | bool | None

@@ -10,6 +10,6 @@ from __future__ import annotations
 
 def register(spark) -> None:
     """Register ``format("stomp")`` with ``spark`` (a SparkSession)."""
-    from .source import StompDataSource
+    from stomp_bridge.spark.source import StompDataSource
 
     spark.dataSource.register(StompDataSource)

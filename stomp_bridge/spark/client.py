@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from .options import ConnectionOptions
+from stomp_bridge.spark.options import ConnectionOptions
 
 _ESCAPE = str.maketrans({"\\": "\\\\", "\n": "\\n", "\r": "\\r", ":": "\\c"})
 _UNESCAPE = {"\\": "\\", "n": "\n", "r": "\r", "c": ":"}

@@ -10,7 +10,7 @@ broker's reason.
 
 from __future__ import annotations
 
-from .client import StompClient, StompClientError, check, describe
+from stomp_bridge.spark.client import StompClient, StompClientError, check, describe
 
 
 class Publisher:

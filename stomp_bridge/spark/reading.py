@@ -23,7 +23,7 @@ import time
 from itertools import chain
 from typing import Iterator
 
-from .client import Frame, StompClient, StompClientError, check
+from stomp_bridge.spark.client import Frame, StompClient, StompClientError, check
 
 SUBSCRIPTION = "spark"
 

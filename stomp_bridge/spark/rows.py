@@ -12,7 +12,7 @@ from datetime import date, datetime, timezone
 from decimal import Decimal
 from typing import Any, Callable
 
-from .client import Frame
+from stomp_bridge.spark.client import Frame
 
 # The columns every read has, in this order (after the JSON columns, if any).
 RAW_COLUMNS = ("body", "body_text", "destination", "headers", "message_id", "stream_offset", "timestamp")

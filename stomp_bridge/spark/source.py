@@ -28,11 +28,11 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from .client import StompClient
-from .options import ConnectionOptions, OptionError, ReadOptions, WriteOptions
-from .publishing import Publisher
-from .reading import drain, first_offset_at, probe_tail, read_range
-from .rows import RAW_COLUMNS, RAW_SCHEMA, body_bytes, json_parser, raw_values, row_to_json, send_headers
+from stomp_bridge.spark.client import StompClient
+from stomp_bridge.spark.options import ConnectionOptions, OptionError, ReadOptions, WriteOptions
+from stomp_bridge.spark.publishing import Publisher
+from stomp_bridge.spark.reading import drain, first_offset_at, probe_tail, read_range
+from stomp_bridge.spark.rows import RAW_COLUMNS, RAW_SCHEMA, body_bytes, json_parser, raw_values, row_to_json, send_headers
 
 
 class StompDataSource(DataSource):

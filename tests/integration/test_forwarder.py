@@ -15,7 +15,7 @@ from pathlib import Path
 import aiormq
 import pytest
 
-from stomp_bridge.manifest import parse
+from stomp_bridge.swaptacular.manifest import parse
 from tests.integration.tls_support import test_pki, tls_settings  # noqa: F401 - fixtures
 
 PEER_NODE = "0000cafe"  # the bridge's node (its manifest)

@@ -10,8 +10,8 @@ from pamqp import commands as spec
 from pamqp.body import ContentBody
 from pamqp.header import ContentHeader
 
-import stomp_bridge.amqp  # noqa: F401 - installs the long-integer table encoding in pamqp
-from stomp_bridge.amqp_codec import encode_ack, encode_nack, encode_publish
+import stomp_bridge.amqp.channel  # noqa: F401 - installs the long-integer table encoding in pamqp
+from stomp_bridge.amqp.codec import encode_ack, encode_nack, encode_publish
 
 FRAME_MAX = 4096
 

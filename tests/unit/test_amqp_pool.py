@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from stomp_bridge.amqp_pool import AmqpPool
-from stomp_bridge.amqp_reader import Hooks
+from stomp_bridge.amqp.pool import AmqpPool
+from stomp_bridge.amqp.reader import Hooks
 from stomp_bridge.protocol.errors import AccessRefused
 
 

@@ -9,8 +9,8 @@ from pamqp import commands as spec
 from pamqp.body import ContentBody
 from pamqp.header import ContentHeader
 
-from stomp_bridge.amqp_codec import decode_confirm, decode_content_header, decode_deliver
-from stomp_bridge.amqp_reader import BulkFrameReceiver, ChannelHooks, Hooks, current_hooks
+from stomp_bridge.amqp.codec import decode_confirm, decode_content_header, decode_deliver
+from stomp_bridge.amqp.reader import BulkFrameReceiver, ChannelHooks, Hooks, current_hooks
 
 PROPS = {
     "content_type": "text/plain",

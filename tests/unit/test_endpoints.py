@@ -2,7 +2,7 @@
 
 import pytest
 
-from stomp_bridge.endpoints import MAX_DELAY, Endpoints
+from stomp_bridge.amqp.endpoints import MAX_DELAY, Endpoints
 
 
 class Clock:

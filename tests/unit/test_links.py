@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stomp_bridge.server import BridgeServer
+from stomp_bridge.transport.server import BridgeServer
 from stomp_bridge.settings import Settings
 
 

@@ -7,8 +7,8 @@ import random
 import pytest
 from cryptography import x509
 
-from stomp_bridge.certlogin import CertificateSigner
-from stomp_bridge.manifest import Manifest, ManifestError, dumps, from_settings, parse, split_address
+from stomp_bridge.swaptacular.certlogin import CertificateSigner
+from stomp_bridge.swaptacular.manifest import Manifest, ManifestError, dumps, from_settings, parse, split_address
 from stomp_bridge.settings import Settings
 from tests import pki
 

@@ -10,7 +10,7 @@ import pytest
 
 import stomp_bridge.protocol.proxy  # noqa: F401 - defines StompError subclasses
 import stomp_bridge.protocol.selectors  # noqa: F401
-import stomp_bridge.server  # noqa: F401 - imports the rest of the bridge
+import stomp_bridge.transport.server  # noqa: F401 - imports the rest of the bridge
 from stomp_bridge.metrics import (
     AMQP_ERRORS,
     BRIDGE_ERRORS,
@@ -22,11 +22,11 @@ from stomp_bridge.metrics import (
 )
 from stomp_bridge.protocol.errors import StompError
 
-PACKAGE = Path(stomp_bridge.server.__file__).resolve().parent
+PACKAGE = Path(stomp_bridge.__file__).resolve().parent
 LIVE = {"connections": 0, "receipts_pending": 0, "amqp_connections": 0}
 # Where an ERROR's message is not a literal: amqp.broker_error names the AMQP error from
 # RabbitMQ's reply text ("NOT_FOUND - no queue 'q'" -> "not_found").
-DYNAMIC_MESSAGES = {("amqp.py", "broker_error")}
+DYNAMIC_MESSAGES = {("channel.py", "broker_error")}
 
 
 def test_known_label_values_count_as_themselves():

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from stomp_bridge.certlogin import ConnectSecurity, load_credentials
+from stomp_bridge.swaptacular.certlogin import ConnectSecurity, load_credentials
 from stomp_bridge.protocol.errors import AccessRefused, ProtocolError
 from stomp_bridge.settings import Settings
-from stomp_bridge.swaptacular import SwaptacularProfile, check_send_headers, render
+from stomp_bridge.swaptacular.profile import SwaptacularProfile, check_send_headers, render
 from stomp_bridge.tls import PeerCertificate
 from tests import pki
 
@@ -92,7 +92,7 @@ def test_profile_refuses_a_connection_without_certificate() -> None:
 
 
 async def test_cert_login_refuses_login_headers_beside_a_certificate(tmp_path) -> None:
-    from stomp_bridge.certlogin import CertLogin
+    from stomp_bridge.swaptacular.certlogin import CertLogin
 
     creds = tmp_path / "creds.toml"
     creds.write_text('["alice"]\nuser = "amqp-alice"\npassword = "s3cret"\n')

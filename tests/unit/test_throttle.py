@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stomp_bridge.throttle import LoginThrottle
+from stomp_bridge.session.throttle import LoginThrottle
 
 
 def _throttle(limit: int = 3, **kw):

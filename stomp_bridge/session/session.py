@@ -20,35 +20,35 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import __version__
-from . import extensions as ext
-from .amqp import AmqpSession, broker_error
-from .endpoints import Endpoints
-from .logs import log_frame
-from .metrics import Counters
-from .receipts import ReceiptLedger
-from .protocol import destinations as dest
-from .protocol.connect import (
+from stomp_bridge import __version__
+from stomp_bridge.session import extensions as ext
+from stomp_bridge.amqp.channel import AmqpSession, broker_error
+from stomp_bridge.amqp.endpoints import Endpoints
+from stomp_bridge.logs import log_frame
+from stomp_bridge.metrics import Counters
+from stomp_bridge.session.receipts import ReceiptLedger
+from stomp_bridge.protocol import destinations as dest
+from stomp_bridge.protocol.connect import (
     SUPPORTED_VERSIONS,
     heartbeat_seconds,
     is_loopback,
     negotiate_version,
     parse_heartbeat,
 )
-from .protocol import features
-from .protocol import headers as hdr
-from .protocol.errors import (
+from stomp_bridge.protocol import features
+from stomp_bridge.protocol import headers as hdr
+from stomp_bridge.protocol.errors import (
     AccessRefused, BrokerError, FrameRejected, InvalidDestination, ProtocolError, StompError, tp,
 )
-from .protocol.frames import END, END_LF, Frame, receipt_frame, serialize
-from .protocol.parser import FrameParser, Limits
+from stomp_bridge.protocol.frames import END, END_LF, Frame, receipt_frame, serialize
+from stomp_bridge.protocol.parser import FrameParser, Limits
 
 if TYPE_CHECKING:
-    from .certlogin import ConnectSecurity
-    from .settings import Settings
-    from .swaptacular import PeerPolicy
-    from .throttle import LoginThrottle
-    from .tls import PeerCertificate
+    from stomp_bridge.swaptacular.certlogin import ConnectSecurity
+    from stomp_bridge.settings import Settings
+    from stomp_bridge.swaptacular.profile import PeerPolicy
+    from stomp_bridge.session.throttle import LoginThrottle
+    from stomp_bridge.tls import PeerCertificate
 
 log = logging.getLogger(__name__)
 

@@ -15,16 +15,16 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .protocol import destinations as dest
-from .protocol import features
-from .protocol import headers as hdr
-from .protocol.errors import AccessRefused, FrameRejected
-from .protocol.frames import Frame
-from .protocol.selectors import compile_selector
+from stomp_bridge.protocol import destinations as dest
+from stomp_bridge.protocol import features
+from stomp_bridge.protocol import headers as hdr
+from stomp_bridge.protocol.errors import AccessRefused, FrameRejected
+from stomp_bridge.protocol.frames import Frame
+from stomp_bridge.protocol.selectors import compile_selector
 
 if TYPE_CHECKING:
-    from .session import Session, Subscription
-    from .settings import Settings
+    from stomp_bridge.session.session import Session, Subscription
+    from stomp_bridge.settings import Settings
 
 COMPOSITE_TAG_SEPARATOR = "@@part"  # "@@" never appears in a usable subscription id (message-id)
 
@@ -252,7 +252,7 @@ async def browse(session: Session, frame: Frame, tag: str, destination: dest.Des
     queue = features.browse_queue(destination)
     text = headers.get("selector")
     match = compile_selector(text) if text is not None else None  # browsing takes nothing
-    from .session import Subscription  # the session module imports this one
+    from stomp_bridge.session.session import Subscription  # the session module imports this one
 
     session.subscriptions[tag] = Subscription(tag, destination, queue, ack=False, multiple=False, consuming=False)
     amqp = session._amqp()

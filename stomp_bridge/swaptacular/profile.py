@@ -20,11 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .protocol.errors import AccessRefused, ProtocolError
-from .tls import PeerCertificate
+from stomp_bridge.protocol.errors import AccessRefused, ProtocolError
+from stomp_bridge.tls import PeerCertificate
 
 if TYPE_CHECKING:
-    from .settings import Settings
+    from stomp_bridge.settings import Settings
 
 NODE_ID = "${NODE_ID}"
 JSON = "application/json"

@@ -34,12 +34,12 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from .protocol.errors import AccessRefused
-from .swaptacular import PeerPolicy, SwaptacularProfile
-from .tls import PeerCertificate, build_client_context
+from stomp_bridge.protocol.errors import AccessRefused
+from stomp_bridge.swaptacular.profile import PeerPolicy, SwaptacularProfile
+from stomp_bridge.tls import PeerCertificate, build_client_context
 
 if TYPE_CHECKING:
-    from .settings import Settings
+    from stomp_bridge.settings import Settings
 
 CACHE_SIZE = 4096
 

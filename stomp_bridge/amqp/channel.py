@@ -54,12 +54,12 @@ from aiormq.abc import ChannelFrame
 from pamqp import commands as spec
 from pamqp.header import ContentHeader
 
-from .amqp_codec import encode_ack, encode_nack, encode_publish
-from .amqp_pool import AmqpPool, SharedConnection
-from .amqp_reader import ChannelHooks, DeliveryHook, Hooks, current_hooks, install
-from .endpoints import Endpoints
-from .protocol.dialect import Dialect, version_tuple
-from .protocol.errors import AccessRefused, BrokerError, ProtocolError, StompError
+from stomp_bridge.amqp.codec import encode_ack, encode_nack, encode_publish
+from stomp_bridge.amqp.pool import AmqpPool, SharedConnection
+from stomp_bridge.amqp.reader import ChannelHooks, DeliveryHook, Hooks, current_hooks, install
+from stomp_bridge.amqp.endpoints import Endpoints
+from stomp_bridge.protocol.dialect import Dialect, version_tuple
+from stomp_bridge.protocol.errors import AccessRefused, BrokerError, ProtocolError, StompError
 
 log = logging.getLogger(__name__)
 

@@ -21,23 +21,23 @@ import ssl
 from collections.abc import Awaitable
 from typing import Any, Protocol
 
-from . import websocket
-from .amqp import pool_for
-from .protocol.errors import ProtocolError, StompError
-from .endpoints import Endpoints
-from .http import OpsServer
-from .logs import log_frame
-from .metrics import Counters, Metrics
-from .protocol.frames import CLIENT_COMMANDS, END, END_LF, Frame, serialize
-from .protocol.proxy import (
+from stomp_bridge.transport import websocket
+from stomp_bridge.amqp.channel import pool_for
+from stomp_bridge.protocol.errors import ProtocolError, StompError
+from stomp_bridge.amqp.endpoints import Endpoints
+from stomp_bridge.http import OpsServer
+from stomp_bridge.logs import log_frame
+from stomp_bridge.metrics import Counters, Metrics
+from stomp_bridge.protocol.frames import CLIENT_COMMANDS, END, END_LF, Frame, serialize
+from stomp_bridge.protocol.proxy import (
     ProxyHeaderParser, ProxyInfo, ProxyProtocolError, ProxyTrust, UntrustedProxy,
 )
-from .certlogin import CertLogin, ConnectSecurity, amqp_client_context
-from .session import Session
-from .settings import Settings, mask_url
-from .swaptacular import SwaptacularProfile
-from .throttle import LoginThrottle
-from .tls import PeerCertificate, ServerTLS, certificate_summary, peer_certificate
+from stomp_bridge.swaptacular.certlogin import CertLogin, ConnectSecurity, amqp_client_context
+from stomp_bridge.session.session import Session
+from stomp_bridge.settings import Settings, mask_url
+from stomp_bridge.swaptacular.profile import SwaptacularProfile
+from stomp_bridge.session.throttle import LoginThrottle
+from stomp_bridge.tls import PeerCertificate, ServerTLS, certificate_summary, peer_certificate
 
 log = logging.getLogger(__name__)
 

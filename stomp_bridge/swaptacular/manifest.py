@@ -15,10 +15,10 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .swaptacular import render
+from stomp_bridge.swaptacular.profile import render
 
 if TYPE_CHECKING:
-    from .settings import Settings
+    from stomp_bridge.settings import Settings
 
 
 class ManifestError(ValueError):

@@ -49,7 +49,7 @@ from typing import Any
 
 import aiormq
 
-from .amqp_reader import Hooks
+from stomp_bridge.amqp.reader import Hooks
 
 log = logging.getLogger(__name__)
 

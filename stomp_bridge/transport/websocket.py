@@ -2,7 +2,7 @@
 
 websockets' sans-I/O ``ServerProtocol`` does the HTTP upgrade and the framing;
 this module moves bytes between it and an asyncio transport, and presents the
-result to :class:`~stomp_bridge.server.Connection` as a :class:`Link`: message
+result to :class:`~stomp_bridge.transport.server.Connection` as a :class:`Link`: message
 payloads in as one byte stream (a STOMP frame may span messages, a message may
 hold several frames), one WebSocket message out per STOMP frame or heart-beat.
 Limits, metrics, shutdown and the session are the server's, unchanged.
@@ -22,19 +22,19 @@ from websockets.http11 import Request
 from websockets.protocol import OPEN, SEND_EOF
 from websockets.server import ServerProtocol
 
-from .protocol import websocket as rules
-from .protocol.errors import FrameTooLarge, ProtocolError, StompError
-from .protocol.proxy import ProxyHeaderParser, ProxyProtocolError
-from .tls import peer_certificate
+from stomp_bridge.protocol import websocket as rules
+from stomp_bridge.protocol.errors import FrameTooLarge, ProtocolError, StompError
+from stomp_bridge.protocol.proxy import ProxyHeaderParser, ProxyProtocolError
+from stomp_bridge.tls import peer_certificate
 
 if TYPE_CHECKING:
-    from .server import BridgeServer
-    from .settings import Settings
+    from stomp_bridge.transport.server import BridgeServer
+    from stomp_bridge.settings import Settings
 
 log = logging.getLogger(__name__)
 # websockets logs every opened and closed connection at INFO; the bridge's own
 # lines (server.py) already say that, so its wire log stays at WARNING.
-_wire_log = logging.getLogger("stomp_bridge.websocket.wire")
+_wire_log = logging.getLogger("stomp_bridge.transport.websocket.wire")
 _wire_log.setLevel(logging.WARNING)
 
 CLOSE_TIMEOUT = 5.0  # seconds a client has to answer our close frame before the TCP close

@@ -28,13 +28,13 @@ import ssl
 import aiormq
 import aiormq.exceptions as amqp_exc
 
-from .certlogin import amqp_client_context
-from .manifest import Manifest
-from .protocol.errors import StompError
-from .protocol.frames import Frame, serialize
-from .protocol.parser import FrameParser, Limits
-from .settings import Settings
-from .tls import build_client_context
+from stomp_bridge.swaptacular.certlogin import amqp_client_context
+from stomp_bridge.swaptacular.manifest import Manifest
+from stomp_bridge.protocol.errors import StompError
+from stomp_bridge.protocol.frames import Frame, serialize
+from stomp_bridge.protocol.parser import FrameParser, Limits
+from stomp_bridge.settings import Settings
+from stomp_bridge.tls import build_client_context
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ import aiormq.exceptions as amqp_exc
 import pamqp.frame
 from pamqp.heartbeat import Heartbeat
 
-from .amqp_codec import (
+from stomp_bridge.amqp.codec import (
     _CLASS_METHOD,
     _FRAME_HEADER,
     BASIC_ACK,

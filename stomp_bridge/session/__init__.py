@@ -1,0 +1,1 @@
+"""One STOMP connection's logic, between the transport and the AMQP side."""

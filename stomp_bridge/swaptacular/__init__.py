@@ -1,0 +1,1 @@
+"""The Swaptacular peer profile: rules, certificate login, manifest, forwarder."""

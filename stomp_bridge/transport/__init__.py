@@ -1,0 +1,1 @@
+"""Sockets and what wraps them: listeners, links, the connection loop."""
