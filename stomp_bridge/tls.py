@@ -142,28 +142,45 @@ def peer_certificate(ssl_object: ssl.SSLObject | ssl.SSLSocket | None) -> PeerCe
     return PeerCertificate.from_der(der) if der else None
 
 
-def build_server_context(
-    cert_file: str,
-    key_file: str,
-    ca_file: str | None = None,
-    *,
-    min_version: str = "1.2",
-    verify_peer: bool = False,
-    fail_if_no_peer_cert: bool = False,
-) -> ssl.SSLContext:
-    """A listener context like RabbitMQ's ssl_options (certfile, keyfile, cacertfile, verify,
-    fail_if_no_peer_cert, versions)."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = TLS_VERSIONS[min_version]
-    context.load_cert_chain(cert_file, key_file)
-    if ca_file:
-        context.load_verify_locations(cafile=ca_file)
-    if verify_peer:
-        context.verify_mode = ssl.CERT_REQUIRED if fail_if_no_peer_cert else ssl.CERT_OPTIONAL
-    else:
-        context.verify_mode = ssl.CERT_NONE
-    context.options |= ssl.OP_NO_COMPRESSION
-    return context
+@dataclass(frozen=True, slots=True)
+class ServerTLSConfig:
+    """A listener's TLS files and checks, like RabbitMQ's ssl_options (certfile, keyfile,
+    cacertfile, verify, fail_if_no_peer_cert, versions); ``build`` reads the files."""
+
+    cert_file: str
+    key_file: str
+    ca_file: str | None = None
+    min_version: str = "1.2"
+    verify_peer: bool = False
+    fail_if_no_peer_cert: bool = False
+
+    @classmethod
+    def from_settings(cls, settings) -> ServerTLSConfig:  # noqa: ANN001 - Settings, avoids an import cycle
+        return cls(
+            settings.tls_cert_file,
+            settings.tls_key_file,
+            settings.tls_ca_file,
+            min_version=settings.tls_min_version,
+            verify_peer=settings.tls_verify_peer,
+            fail_if_no_peer_cert=settings.tls_fail_if_no_peer_cert,
+        )
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        return tuple(path for path in (self.cert_file, self.key_file, self.ca_file) if path)
+
+    def build(self) -> ssl.SSLContext:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = TLS_VERSIONS[self.min_version]
+        context.load_cert_chain(self.cert_file, self.key_file)
+        if self.ca_file:
+            context.load_verify_locations(cafile=self.ca_file)
+        if self.verify_peer:
+            context.verify_mode = ssl.CERT_REQUIRED if self.fail_if_no_peer_cert else ssl.CERT_OPTIONAL
+        else:
+            context.verify_mode = ssl.CERT_NONE
+        context.options |= ssl.OP_NO_COMPRESSION
+        return context
 
 
 def build_client_context(
@@ -192,45 +209,16 @@ class ServerTLS:
     context built from the files at the last successful (re)load.
     """
 
-    def __init__(
-        self,
-        cert_file: str,
-        key_file: str,
-        ca_file: str | None = None,
-        *,
-        min_version: str = "1.2",
-        verify_peer: bool = False,
-        fail_if_no_peer_cert: bool = False,
-    ) -> None:
-        self._args = (cert_file, key_file, ca_file)
-        self._options = {
-            "min_version": min_version,
-            "verify_peer": verify_peer,
-            "fail_if_no_peer_cert": fail_if_no_peer_cert,
-        }
-        self.current = self._build()
-        self.context = self._build()
+    def __init__(self, config: ServerTLSConfig) -> None:
+        self.config = config
+        self.current = config.build()
+        self.context = config.build()
         self.context.sni_callback = self._pick_context
         # Called with a HANDSHAKE_FAILURES label and the error when a client's handshake fails.
         self.on_handshake_failure: Callable[[str, ssl.SSLError], None] | None = None
         self.context.sslobject_class = _watched_ssl_object(self)
         self._stamp = self._file_stamp()
         self.reloads = 0
-
-    @classmethod
-    def from_settings(cls, settings) -> ServerTLS:  # noqa: ANN001 - Settings, avoids an import cycle
-        return cls(
-            settings.tls_cert_file,
-            settings.tls_key_file,
-            settings.tls_ca_file,
-            min_version=settings.tls_min_version,
-            verify_peer=settings.tls_verify_peer,
-            fail_if_no_peer_cert=settings.tls_fail_if_no_peer_cert,
-        )
-
-    def _build(self) -> ssl.SSLContext:
-        cert_file, key_file, ca_file = self._args
-        return build_server_context(cert_file, key_file, ca_file, **self._options)
 
     def _pick_context(self, ssl_object: ssl.SSLObject, server_name: str | None, context: ssl.SSLContext) -> None:
         if self.current is not context:
@@ -239,13 +227,12 @@ class ServerTLS:
 
     def _file_stamp(self) -> tuple:
         stamp = []
-        for path in self._args:
-            if path:
-                try:
-                    st = os.stat(path)  # follows symlinks: a Kubernetes secret swaps ..data
-                    stamp.append((st.st_mtime_ns, st.st_size, st.st_ino))
-                except OSError:
-                    stamp.append(None)
+        for path in self.config.files:
+            try:
+                st = os.stat(path)  # follows symlinks: a Kubernetes secret swaps ..data
+                stamp.append((st.st_mtime_ns, st.st_size, st.st_ino))
+            except OSError:
+                stamp.append(None)
         return tuple(stamp)
 
     def reload(self) -> bool:
@@ -253,17 +240,18 @@ class ServerTLS:
         (missing, key not matching the certificate …) keeps the previous one."""
         stamp = self._file_stamp()
         try:
-            fresh = self._build()
+            fresh = self.config.build()
         except (OSError, ssl.SSLError, ValueError) as exc:
             log.error(
                 "TLS reload failed; the previous certificate stays in use",
-                extra={"cert_file": self._args[0], "error": str(exc)},
+                extra={"cert_file": self.config.cert_file, "error": str(exc)},
             )
             return False
         self.current = fresh
         self._stamp = stamp
         self.reloads += 1
-        log.info("TLS certificate reloaded", extra={"cert_file": self._args[0], **certificate_summary(self._args[0])})
+        cert_file = self.config.cert_file
+        log.info("TLS certificate reloaded", extra={"cert_file": cert_file, **certificate_summary(cert_file)})
         return True
 
     def reload_if_changed(self) -> bool:

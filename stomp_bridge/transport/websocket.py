@@ -2,7 +2,7 @@
 
 websockets' sans-I/O ``ServerProtocol`` does the HTTP upgrade and the framing;
 this module moves bytes between it and an asyncio transport, and presents the
-result to :class:`~stomp_bridge.transport.server.Connection` as a :class:`Link`: message
+result to :class:`~stomp_bridge.transport.connection.Connection` as a :class:`Link`: message
 payloads in as one byte stream (a STOMP frame may span messages, a message may
 hold several frames), one WebSocket message out per STOMP frame or heart-beat.
 Limits, metrics, shutdown and the session are the server's, unchanged.
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 import ssl
 from typing import TYPE_CHECKING, cast
 
@@ -26,9 +25,9 @@ from stomp_bridge.protocol import websocket as rules
 from stomp_bridge.protocol.errors import FrameTooLarge, ProtocolError, StompError
 from stomp_bridge.protocol.proxy import ProxyHeaderParser, ProxyProtocolError
 from stomp_bridge.tls import peer_certificate
+from stomp_bridge.transport.connection import Gateway, set_nodelay
 
 if TYPE_CHECKING:
-    from stomp_bridge.transport.server import BridgeServer
     from stomp_bridge.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -42,7 +41,7 @@ READ_BUFFER = 256 * 1024  # payload bytes queued for the Connection before readi
 
 
 async def listen(
-    server: BridgeServer, host: str | None, port: int, ssl: ssl.SSLContext | None = None
+    server: Gateway, host: str | None, port: int, ssl: ssl.SSLContext | None = None
 ) -> asyncio.base_events.Server:
     settings = server.settings
     loop = asyncio.get_running_loop()
@@ -57,7 +56,7 @@ async def listen(
 class WebSocketLink(asyncio.Protocol):
     """One WebSocket client: the HTTP upgrade, then the Link its Connection reads and writes."""
 
-    def __init__(self, server: BridgeServer, settings: Settings) -> None:
+    def __init__(self, server: Gateway, settings: Settings) -> None:
         self.server = server
         self.settings = settings
         self.loop = asyncio.get_running_loop()
@@ -96,12 +95,7 @@ class WebSocketLink(asyncio.Protocol):
         self.transport = transport = cast(asyncio.Transport, transport)
         high = self.settings.write_buffer_high
         transport.set_write_buffer_limits(high=high, low=high // 4)
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            try:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            except OSError:
-                pass
+        set_nodelay(transport.get_extra_info("socket"))
         # The upgrade request has the same deadline as CONNECT on TCP.
         self._timer = self.loop.call_later(self.settings.connect_timeout, transport.abort)
         if self._proxy is not None:

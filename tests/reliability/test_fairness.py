@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from stomp_bridge.transport.server import FAIR_SHARE
+from stomp_bridge.transport.connection import FAIR_SHARE
 
 BURST = 4000
 

@@ -14,6 +14,7 @@ from stomp_bridge.tls import (
     HANDSHAKE_FAILURES,
     PeerCertificate,
     ServerTLS,
+    ServerTLSConfig,
     build_client_context,
     common_name,
     handshake_failure,
@@ -109,7 +110,7 @@ def test_reload_serves_the_new_certificate_and_keeps_the_old_one_when_files_are_
     ca_file = tmp_path / "ca.pem"
     ca_file.write_bytes(ca.cert_pem)
     cert_file, key_file = pki.server_cert(ca, "first").write(tmp_path, "server")
-    server = ServerTLS(cert_file, key_file)
+    server = ServerTLS(ServerTLSConfig(cert_file, key_file))
     assert _handshake_subject(server, str(ca_file)) == "first"
     assert server.reload_if_changed() is False  # nothing changed on disk
 
@@ -156,7 +157,7 @@ def test_reloaded_ca_file_replaces_the_trusted_client_cas(tmp_path) -> None:
     clients = tmp_path / "clients-ca.pem"
     clients.write_bytes(old_ca.cert_pem)
     cert_file, key_file = pki.server_cert(server_ca).write(tmp_path, "server")
-    server = ServerTLS(cert_file, key_file, str(clients), verify_peer=True, fail_if_no_peer_cert=True)
+    server = ServerTLS(ServerTLSConfig(cert_file, key_file, str(clients), verify_peer=True, fail_if_no_peer_cert=True))
     old_client = pki.client_cert(old_ca, pki.name(("CN", "old"))).write(tmp_path, "old")
     new_client = pki.client_cert(new_ca, pki.name(("CN", "new"))).write(tmp_path, "new")
     assert _client_accepted(server, str(trust), old_client)

@@ -1,0 +1,359 @@
+"""One client's transport loop: bytes to frames to its session, writes, and heart-beats.
+
+A Connection reads and writes through a :class:`Link`: a TCP stream (:class:`TcpLink`),
+or a WebSocket (websocket.py); everything above the link is shared. The listeners
+(server.py and websocket.py) admit a client through a :class:`Gateway`, which runs
+its Connection.
+
+The loop reads a chunk, lets the parser cut it into frames, hands each frame to
+the session, then flushes the session's AMQP batch once per chunk. Not reading
+while a frame is being handled is the backpressure towards the client: a slow
+broker (or a blocked connection) stops the socket reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import socket
+from collections.abc import Awaitable
+from typing import Protocol
+
+from stomp_bridge.amqp.endpoints import Endpoints
+from stomp_bridge.logs import log_frame
+from stomp_bridge.metrics import Counters
+from stomp_bridge.protocol.errors import ProtocolError, StompError
+from stomp_bridge.protocol.frames import CLIENT_COMMANDS
+from stomp_bridge.session.session import Session
+from stomp_bridge.session.throttle import LoginThrottle
+from stomp_bridge.settings import Settings
+from stomp_bridge.swaptacular.certlogin import ConnectSecurity
+from stomp_bridge.tls import PeerCertificate
+
+log = logging.getLogger(__name__)
+
+READ_SIZE = 256 * 1024
+FAIR_SHARE = 64  # frames one client may have handled before the loop serves the others
+SHUTDOWN = StompError("Server shutdown", "The bridge is shutting down; reconnect to another instance.")
+
+
+LOGIN_COMMANDS = ("CONNECT", "STOMP")
+
+
+def set_nodelay(sock: socket.socket | None) -> None:
+    """Frames go out as they are written: Nagle's delay would hold RECEIPTs and MESSAGEs."""
+    if sock is not None:
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass  # not TCP (a test's socketpair), or already closing
+
+
+class Gateway(Protocol):
+    """What a listener needs from the server to admit a client (server.BridgeServer).
+
+    websocket.py runs its upgraded clients through it, so it knows this and not
+    the server, which starts the WebSocket listeners.
+    """
+
+    settings: Settings
+    counters: Counters
+    tls_security: ConnectSecurity  # what CONNECT does on a TLS (or wss) listener
+
+    def proxy_trusted(self, peer: tuple[str, int] | None) -> bool: ...
+
+    async def run_connection(
+        self,
+        link: Link,
+        peer: tuple[str, int] | None,
+        initial: bytes = b"",
+        credentials: tuple[str | None, str | None] | None = None,
+        peer_cert: PeerCertificate | None = None,
+        security: ConnectSecurity | None = None,
+    ) -> None: ...
+
+
+class Link(Protocol):
+    """The byte stream under a Connection: TCP here, WebSocket in websocket.py.
+
+    ``send`` gets complete STOMP frames (and heart-beat EOLs), one list element
+    each, so a WebSocket link can send one message per frame as web-stomp
+    does, while TCP joins them into one write.
+    """
+
+    def read(self) -> Awaitable[bytes]: ...  # next chunk of client bytes; b"" at the end
+    def send(self, frames: list[bytes]) -> int: ...  # returns the bytes accepted
+    def is_closing(self) -> bool: ...
+    def close(self) -> None: ...  # after what was sent has gone out
+    def pause_reading(self) -> None: ...
+    async def drain(self) -> None: ...  # until below the high-water mark
+    def writable(self) -> bool: ...  # below the high-water mark now (no waiting)
+
+
+class TcpLink:
+    """A STOMP client on a plain TCP (or TLS) stream."""
+
+    __slots__ = ("read", "is_closing", "close", "pause_reading", "_transport", "_writer", "_high")
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, high: int) -> None:
+        transport = writer.transport
+        transport.set_write_buffer_limits(high=high, low=high // 4)
+        self.read = functools.partial(reader.read, READ_SIZE)
+        self.is_closing = transport.is_closing
+        self.close = transport.close
+        self.pause_reading = transport.pause_reading
+        self._transport = transport
+        self._writer = writer
+        self._high = high
+
+    def writable(self) -> bool:
+        return self._transport.get_write_buffer_size() <= self._high
+
+    def send(self, frames: list[bytes]) -> int:
+        data = frames[0] if len(frames) == 1 else b"".join(frames)
+        self._transport.write(data)
+        return len(data)
+
+    async def drain(self) -> None:
+        await self._writer.drain()
+
+
+class WriteGate:
+    """The client's backpressure as the AMQP side sees it.
+
+    Awaiting it returns once the link is below its high-water mark;
+    ``is_open()`` says whether it is, without waiting (checked once per batch
+    of deliveries, to decide whether to acknowledge them to RabbitMQ now).
+    """
+
+    __slots__ = ("link",)
+
+    def __init__(self, link: Link) -> None:
+        self.link = link
+
+    def is_open(self) -> bool:
+        link = self.link
+        return link.is_closing() or link.writable()
+
+    async def __call__(self) -> None:
+        if self.link.is_closing():
+            return
+        try:
+            await self.link.drain()
+        except (ConnectionError, RuntimeError):
+            pass  # the connection is ending; its own loop cleans up
+
+
+class Connection:
+    """One client: bytes to frames to the session, and heart-beats."""
+
+    __slots__ = (
+        "counters", "_initial", "link", "settings", "loop", "peer", "last_read", "last_write",
+        "_timers", "_out", "session", "_logging_in",
+    )
+
+    def __init__(
+        self,
+        link: Link,
+        settings: Settings,
+        counters: Counters,
+        endpoints: Endpoints,
+        peer: tuple[str, int] | None = None,
+        initial: bytes = b"",
+        credentials: tuple[str | None, str | None] | None = None,
+        peer_cert: PeerCertificate | None = None,
+        security: ConnectSecurity | None = None,
+        throttle: LoginThrottle | None = None,
+    ) -> None:
+        self.counters = counters
+        self._initial = initial  # client bytes that arrived with a PROXY protocol header
+        self.link = link
+        self.settings = settings
+        self.loop = asyncio.get_running_loop()
+        self.peer = peer[0] if peer is not None else None
+        name = f"{peer[0]}:{peer[1]}" if peer is not None else "unknown"
+        self.last_read = self.last_write = self.loop.time()
+        # The live timer of each kind ("connect", "send", "check"): a rescheduled
+        # timer replaces its predecessor, so a long-lived connection holds three at most.
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._out: list[bytes] = []
+        self._logging_in = False  # a CONNECT arrived: connect_timeout no longer applies
+        self.session = Session(
+            settings,
+            self._write,
+            self._close,
+            peer=self.peer,
+            peer_name=name,
+            flush_writes=self._flush_out,
+            wait_writable=WriteGate(link),
+            counters=counters,
+            endpoints=endpoints,
+            credentials=credentials,
+            peer_cert=peer_cert,
+            security=security,
+            throttle=throttle,
+        )
+
+    def _write(self, data: bytes) -> None:
+        """Coalesce frames into one socket write.
+
+        Deliveries and receipts arrive one at a time from the AMQP side; a
+        syscall each would dominate the delivery path. The transport loop and
+        the AMQP reader flush at the end of each batch they handle; the
+        ``call_soon`` covers writes from anywhere else (timers, callbacks).
+        """
+        out = self._out
+        if not out:
+            self.loop.call_soon(self._flush_out)
+        out.append(data)
+
+    def _flush_out(self) -> None:
+        out = self._out
+        if not out:
+            return
+        if not self.link.is_closing():
+            self.counters.bytes_out += self.link.send(out)
+            self.last_write = self.loop.time()
+        out.clear()
+
+    def _close(self) -> None:
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        self._flush_out()
+        if not self.link.is_closing():
+            self.link.close()
+
+    async def run(self) -> None:
+        session = self.session
+        parser = session.parser
+        counters = self.counters
+        frames_in = counters.frames_in
+        read = self.link.read
+        debug = log.isEnabledFor(logging.DEBUG)
+        started = self.loop.time()
+        self._timers["connect"] = self.loop.call_later(self.settings.connect_timeout, self._connect_timeout)
+        handled = 0
+        try:
+            while not session.closed:
+                data, self._initial = self._initial or await read(), b""
+                if not data:
+                    break
+                self.last_read = self.loop.time()
+                counters.bytes_in += len(data)
+                parser.feed(data)
+                while not session.closed:
+                    frame = parser.next_frame()
+                    if frame is None:
+                        break
+                    handled += 1
+                    if handled % FAIR_SHARE == 0:
+                        # A chunk can hold thousands of frames: let other clients in meanwhile.
+                        await session.flush()
+                        self._flush_out()
+                        await asyncio.sleep(0)
+                    # The client names the command: anything but STOMP's own is "other" (a label
+                    # per invented command would grow /metrics without bound).
+                    frames_in[frame.command if frame.command in CLIENT_COMMANDS else "other"] += 1
+                    if debug:
+                        log_frame(log, "in", session.peer_name, frame.command, frame.headers, frame.body)
+                    connected_before = session.amqp is not None
+                    if not connected_before and (
+                        frame.command in LOGIN_COMMANDS or self.settings.implicit_connect
+                    ):
+                        # From here amqp_connect_timeout bounds the wait; other frames before
+                        # login get "Illegal command" and leave connect_timeout running.
+                        self._logging_in = True
+                    await session.handle(frame)
+                    if not connected_before and session.amqp is not None:
+                        self._start_heartbeats()
+                await session.flush()
+                self._flush_out()
+        except StompError as exc:
+            session.fail(exc)
+        except (ConnectionError, OSError):
+            pass
+        except Exception as exc:  # noqa: BLE001 - a client's bytes must never kill the bridge
+            log.exception("unexpected error handling a STOMP connection")
+            session.fail(StompError("Processing error", "Processing error", private=repr(exc)))
+        finally:
+            self._close()
+            await session.close()
+            reason = session.close_reason or "client closed"
+            counters.connections_closed[reason] += 1
+            log.info(
+                "connection closed",
+                extra={
+                    "peer": session.peer_name,
+                    "user": session.user,
+                    "vhost": session.vhost,
+                    "seconds": round(self.loop.time() - started, 3),
+                    "reason": reason,
+                    "detail": session.close_detail,
+                },
+            )
+
+    async def shut_down(self) -> None:
+        """Stop reading the client, let held receipts go out, then ERROR and close."""
+        if not self.link.is_closing():
+            self.link.pause_reading()
+        await self.session.receipts_sent()
+        self.session.fail(SHUTDOWN)
+
+    def _connect_timeout(self) -> None:
+        if self.session.amqp is None and not self.session.closed and not self._logging_in:
+            self.session.fail(
+                ProtocolError(
+                    "Connect timeout",
+                    f"No CONNECT frame within {self.settings.connect_timeout:g} seconds",
+                )
+            )
+
+    # -- heart-beats (STOMP 1.1 §Heart-beating) ------------------------------------
+
+    def _start_heartbeats(self) -> None:
+        send_ms, recv_ms = self.session.heartbeat
+        if send_ms:
+            self._schedule_send(send_ms / 1000)
+        if recv_ms:
+            self._schedule_check(recv_ms / 1000 * self.settings.heartbeat_tolerance, heartbeat=True)
+        elif self.settings.idle_timeout:
+            self._schedule_check(self.settings.idle_timeout, heartbeat=False)
+
+    def _schedule_send(self, interval: float) -> None:
+        def beat() -> None:
+            if self.session.closed:
+                return
+            idle = self.loop.time() - self.last_write
+            if idle >= interval * 0.9:
+                self._write(b"\n")
+                idle = 0.0
+            self._timers["send"] = self.loop.call_later(interval - idle, beat)
+
+        self._timers["send"] = self.loop.call_later(interval, beat)
+
+    def _schedule_check(self, limit: float, *, heartbeat: bool) -> None:
+        def check() -> None:
+            if self.session.closed:
+                return
+            silent = self.loop.time() - self.last_read
+            if silent >= limit:
+                if heartbeat:
+                    self.counters.heartbeat_timeouts += 1
+                    error = ProtocolError(
+                        "Heart-beat timeout",
+                        f"Nothing received from the client for {silent:.1f} s "
+                        f"(agreed heart-beat {self.session.heartbeat[1]} ms)",
+                    )
+                else:
+                    error = ProtocolError(
+                        "Idle timeout",
+                        f"Nothing received for {silent:.1f} s; send heart-beats to keep an idle "
+                        "connection (the bridge's idle_timeout)",
+                    )
+                self.session.fail(error)
+                return
+            self._timers["check"] = self.loop.call_later(limit - silent, check)
+
+        self._timers["check"] = self.loop.call_later(limit, check)
