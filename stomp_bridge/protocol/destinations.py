@@ -103,8 +103,10 @@ class Destination:
         return exchange, key
 
 
-def _unescape(text: str) -> str:
-    # Only the upper-case "%2F" is decoded; "%25", "%2f", "%C3" stay as they are.
+def unescape_name(text: str) -> str:
+    """A name in a destination header: "%2F" stands for "/" (the plugin's only escape).
+
+    Only the upper-case "%2F" is decoded; "%25", "%2f", "%C3" stay as they are."""
     return text.replace("%2F", "/") if "%2F" in text else text
 
 
@@ -129,7 +131,7 @@ def parse_destination(value: str) -> Destination:
     """
     parts = value.split("/")
     if len(parts) == 1:
-        return Destination(QUEUE, _unescape(value), None, value)
+        return Destination(QUEUE, unescape_name(value), None, value)
     if parts[0] == "" and len(parts) >= 2:
         head = parts[1]
         kind = _SIMPLE.get(head)
@@ -153,11 +155,11 @@ def _parse_rest(kind: str, rest: list[str], header: str) -> Destination:
             # the default exchange cannot be named this way
             raise _invalid(kind, rest, header)
         if len(rest) == 1:
-            return Destination(EXCHANGE, _unescape(rest[0]), None, header)
+            return Destination(EXCHANGE, unescape_name(rest[0]), None, header)
         if len(rest) == 2:
-            return Destination(EXCHANGE, _unescape(rest[0]), _unescape(rest[1]), header)
+            return Destination(EXCHANGE, unescape_name(rest[0]), unescape_name(rest[1]), header)
     elif len(rest) == 1 and rest[0]:
-        return Destination(kind, _unescape(rest[0]), None, header)
+        return Destination(kind, unescape_name(rest[0]), None, header)
     raise _invalid(kind, rest, header)
 
 

@@ -55,7 +55,7 @@ def parse_dsub(value: str, client_id: str | None) -> dest.Destination | None:
     (SEND publishes to it, SUBSCRIBE consumes from it; neither declares it)."""
     if not value.startswith(DSUB_PREFIX):
         return None
-    name = dest._unescape(value[len(DSUB_PREFIX):])
+    name = dest.unescape_name(value[len(DSUB_PREFIX):])
     if not name or "/" in value[len(DSUB_PREFIX):]:
         raise InvalidDestination(
             "Invalid destination", f"'{value}' is not a valid durable subscription destination\n"
@@ -309,7 +309,7 @@ def parse_temp_topic(value: str, session_id: str) -> dest.Destination | None:
     name = value[len(TEMP_TOPIC_PREFIX):]
     if not name or "/" in name:
         raise InvalidDestination("Invalid destination", f"'{value}' is not a valid temp-topic destination\n")
-    return dest.Destination(dest.TOPIC, f"{TEMP_TOPIC_KEY_PREFIX}{session_id}.{dest._unescape(name)}", None, value)
+    return dest.Destination(dest.TOPIC, f"{TEMP_TOPIC_KEY_PREFIX}{session_id}.{dest.unescape_name(name)}", None, value)
 
 
 def temp_topic_reply_to(value: str, session_id: str) -> str | None:
