@@ -39,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--port", type=_port_or_none, help="STOMP TCP port (default 61613; none: no plain listener)")
     parser.add_argument("--tls-port", type=_port_or_none, help="STOMP over TLS port (e.g. 61614; needs the tls_* files)")
     parser.add_argument(
-        "--http-port", type=int, help="port of /metrics, /healthz, /readyz (default 9410; 0 picks one)"
+        "--http-port", type=_port_or_none,
+        help="port of /metrics, /healthz, /readyz (default 9410; 0 picks one; none disables)",
     )
     parser.add_argument(
         "--ws-port", type=_port_or_none,
@@ -57,17 +58,49 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-frame-size", type=int, help="bytes (default 4194304)")
     parser.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (default INFO)")
     parser.add_argument("--log-format", choices=["text", "json"], help="log line format")
+    parser.add_argument(
+        "command", nargs="*", metavar="COMMAND",
+        help="config show | config reference | forward (before or after the flags); none runs the bridge",
+    )
     return parser
 
 
+COMMANDS = ([], ["config", "show"], ["config", "reference"], ["forward"])
+
+
 def _port_or_none(text: str) -> int | str:
-    return text if text.strip().lower() in ("none", "off") else int(text)
+    """A port number, or none/off for no listener; the error names the flag's own terms."""
+    if text.strip().lower() in ("none", "off"):
+        return text
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0-65535) or none")
+    return port
+
+
+def parse(argv: list[str]) -> tuple[list[str], dict[str, object]]:
+    """The command words and the settings given as flags, in any order (the Helm chart's
+    NOTES print ``stomp-bridge config show --config FILE``, users type it the other way too)."""
+    parser = build_parser()
+    args = parser.parse_intermixed_args(argv)
+    if args.command not in COMMANDS:
+        parser.error(
+            f"unknown command {' '.join(args.command)!r}; the commands are config show, config reference, "
+            "forward and manifest (or none, to run the bridge)"
+        )
+    overrides = {k: v for k, v in vars(args).items() if v is not None and k not in ("config", "command")}
+    if args.config:
+        overrides["config"] = args.config
+    return args.command, overrides
 
 
 def load_settings(argv: list[str] | None = None) -> Settings:
-    args = build_parser().parse_args(argv)
-    overrides = {k: v for k, v in vars(args).items() if v is not None and k != "config"}
-    return load(args.config or os.environ.get("STOMP_BRIDGE_CONFIG"), **overrides)
+    _, overrides = parse(list(argv or []))
+    config = overrides.pop("config", None) or os.environ.get("STOMP_BRIDGE_CONFIG")
+    return load(config, **overrides)
 
 
 async def _serve(settings: Settings) -> None:
@@ -182,17 +215,14 @@ async def _forward(settings: Settings) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:2] == ["config", "reference"]:
-        print(reference(), end="")
-        return 0
     if argv[:1] == ["manifest"]:
         return _manifest(argv[1:])
-    forward = argv[:1] == ["forward"]
-    if forward:
-        argv = argv[1:]
-    show = argv[:2] == ["config", "show"]
-    if show:
-        argv = argv[2:]
+    command, _ = parse(argv)
+    if command == ["config", "reference"]:
+        print(reference(), end="")
+        return 0
+    forward = command == ["forward"]
+    show = command == ["config", "show"]
     settings = _settings_or_exit(argv)
     if isinstance(settings, int):
         return settings

@@ -25,6 +25,9 @@ from pydantic_settings import (
 from stomp_bridge.protocol.proxy import parse_network
 
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
 def _network(text: str) -> str:
     """A ``proxy_protocol_trusted`` entry, checked and written as its network (``10.0.0.5``
     becomes ``10.0.0.5/32``): start-up fails with one line per bad entry."""
@@ -201,7 +204,7 @@ class Settings(BaseSettings):
     )
     http_host: str = Field("0.0.0.0", description="Interface of the /metrics, /healthz, /readyz endpoint.")
     http_port: int | None = Field(
-        9410, ge=0, le=65535, description="Port of that endpoint (0 picks a free one; unset to disable)."
+        9410, ge=0, le=65535, description="Port of that endpoint (0 picks a free one; none disables it)."
     )
     shutdown_grace: float = Field(
         10.0, ge=0, description="Seconds SIGTERM waits for in-flight publishes to be confirmed."
@@ -365,12 +368,23 @@ class Settings(BaseSettings):
             return [v for v in (p.strip() for p in value.split(",")) if v]
         return value
 
-    @field_validator("port", "tls_port", "ws_port", "wss_port", "ws_max_message_size", mode="before")
+    @field_validator("port", "tls_port", "ws_port", "wss_port", "http_port", "ws_max_message_size", mode="before")
     @classmethod
     def _none(cls, value: object) -> object:
         # An environment variable cannot be unset from a chart's values; these spell "off".
         if isinstance(value, str) and value.strip().lower() in ("", "none", "off", "false", "disabled"):
             return None
+        return value
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _log_level(cls, value: object) -> object:
+        """Checked here, not when logging starts: a wrong level is one line, not a traceback."""
+        if isinstance(value, str):
+            level = value.strip().upper()
+            if level not in LOG_LEVELS:
+                raise ValueError(f"{value!r} is not a log level; use one of {', '.join(LOG_LEVELS)}")
+            return level
         return value
 
     @field_validator("tls_min_version", mode="before")

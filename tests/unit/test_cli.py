@@ -88,3 +88,46 @@ def test_a_trusted_list_that_is_not_json_says_so(clean_env, capsys):
     clean_env.setenv("STOMP_BRIDGE_PROXY_PROTOCOL_TRUSTED", '["10.0.0.0/8",')
     assert main(["config", "show"]) == 2
     assert "invalid setting proxy_protocol_trusted: starts with '[' but is not a JSON list" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [
+    ["config", "show", "--port", "61700"],
+    ["--port", "61700", "config", "show"],  # the Helm chart's NOTES order: flags first
+    ["--port", "61700", "config", "show", "--log-level", "debug"],
+])
+def test_commands_before_or_after_the_flags(clean_env, capsys, argv):
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert '"port": 61700' in out
+
+
+def test_an_unknown_command_names_the_commands(clean_env, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["config", "frob"])
+    assert exit_.value.code == 2
+    assert "unknown command 'config frob'; the commands are config show" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("level", ["LOUD", "verbose"])
+def test_a_wrong_log_level_is_one_line_not_a_traceback(clean_env, capsys, level):
+    assert main(["--log-level", level, "config", "show"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"stomp-bridge: invalid setting log_level: {level!r} is not a log level; "
+                   "use one of DEBUG, INFO, WARNING, ERROR, CRITICAL\n")
+    clean_env.setenv("STOMP_BRIDGE_LOG_LEVEL", level)
+    assert main(["config", "show"]) == 2
+    assert "invalid setting log_level" in capsys.readouterr().err
+
+
+def test_a_port_that_is_not_a_number_says_so(clean_env, capsys):
+    with pytest.raises(SystemExit):
+        main(["--port", "abc", "config", "show"])
+    err = capsys.readouterr().err
+    assert "argument --port: 'abc' is not a port number (0-65535) or none" in err
+    assert "_port_or_none" not in err
+
+
+def test_none_turns_the_http_endpoint_off_too(clean_env, capsys):
+    assert show(capsys, "--http-port", "none")["http_port"] is None
+    clean_env.setenv("STOMP_BRIDGE_HTTP_PORT", "none")
+    assert show(capsys)["http_port"] is None
