@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import json
 import logging
 import os
-import signal
 import sys
 
 from pydantic import ValidationError
 
 from stomp_bridge import __version__
 from stomp_bridge.logs import configure
-from stomp_bridge.transport.server import BridgeServer
+from stomp_bridge import processes
 from stomp_bridge.settings import Settings, load, masked, reference
 
 log = logging.getLogger("stomp_bridge")
@@ -56,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--default-topic-exchange", help="exchange behind /topic/ (default amq.topic)")
     parser.add_argument("--max-frame-size", type=int, help="bytes (default 4194304)")
+    parser.add_argument(
+        "--workers", type=int, help="bridge processes sharing the ports, one core each (default 1)"
+    )
     parser.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (default INFO)")
     parser.add_argument("--log-format", choices=["text", "json"], help="log line format")
     parser.add_argument(
@@ -101,51 +102,6 @@ def load_settings(argv: list[str] | None = None) -> Settings:
     _, overrides = parse(list(argv or []))
     config = overrides.pop("config", None) or os.environ.get("STOMP_BRIDGE_CONFIG")
     return load(config, **overrides)
-
-
-async def _serve(settings: Settings) -> None:
-    try:
-        import uvloop  # noqa: F401
-    except ImportError:
-        pass
-    server = BridgeServer(settings)
-    loop = asyncio.get_running_loop()
-    try:  # SIGHUP: reload the TLS certificate and key (and certificate-login credentials)
-        loop.add_signal_handler(signal.SIGHUP, server.reload_tls)
-    except (NotImplementedError, AttributeError):  # pragma: no cover - non-Unix
-        pass
-    await server.start()
-    _tune_gc()
-    await _stop_signal().wait()
-    log.info("shutting down", extra={"connections": server.connection_count})
-    await server.close()
-
-
-def _stop_signal() -> asyncio.Event:
-    """Set by SIGINT or SIGTERM: the bridge and the forwarder stop the same way."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, stop.set)
-        except NotImplementedError:  # pragma: no cover - non-Unix
-            pass
-    return stop
-
-
-def _tune_gc() -> None:
-    """Fewer full garbage collections: each one walks every object of every connection.
-
-    At 10,000 connections (~1.5 M objects) a full collection stops the event loop
-    for a second or more, delaying heart-beats; CPython's default starts one every
-    10 young-generation passes once the old generation grew by a quarter, which
-    idle connections reach every half minute (each waiting read and timer is a new
-    long-lived object). 100 passes keep garbage cycles bounded and the pauses rare.
-    What exists once the listener runs (modules, settings) is never collected.
-    """
-    gen0, gen1, _ = gc.get_threshold()
-    gc.set_threshold(gen0, gen1, 100)
-    gc.freeze()
 
 
 def _settings_or_exit(argv: list[str]) -> Settings | int:
@@ -210,7 +166,7 @@ async def _forward(settings: Settings) -> None:
     with open(settings.swpt_peer_manifest, encoding="utf-8") as f:
         peer = parse(f.read())
     forwarder = Forwarder(settings, peer)
-    await forwarder.run(_stop_signal())
+    await forwarder.run(processes.stop_signal())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -237,15 +193,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"stomp-bridge forward: {exc}", file=sys.stderr)
             return 2
         return 0
-    runner = asyncio.run
     try:
-        import uvloop
-
-        runner = uvloop.run
-    except ImportError:
-        pass
-    try:
-        runner(_serve(settings))
+        processes.run(settings)
+    except RuntimeError as exc:  # a worker that could not start (its own log lines say why)
+        print(f"stomp-bridge: {exc}", file=sys.stderr)
+        return 1
     except OSError as exc:
         print(f"stomp-bridge: cannot listen (STOMP {settings.host}:{settings.port}, TLS {settings.tls_port}, "
               f"WebSocket {settings.ws_port}, HTTP {settings.http_host}:{settings.http_port}): "

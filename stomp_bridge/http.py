@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import inspect
 from collections.abc import Awaitable, Callable
 
 log = logging.getLogger(__name__)
@@ -16,10 +17,12 @@ MAX_REQUEST_HEAD = 8192
 READ_TIMEOUT = 5.0
 
 Readiness = Callable[[], Awaitable[tuple[bool, str]]]
+# A bridge renders its registry at once; a supervisor of workers awaits theirs.
+MetricsText = Callable[[], "bytes | Awaitable[bytes]"]
 
 
 class OpsServer:
-    def __init__(self, host: str, port: int, metrics: Callable[[], bytes], ready: Readiness) -> None:
+    def __init__(self, host: str, port: int, metrics: MetricsText, ready: Readiness) -> None:
         self.host, self.requested_port = host, port
         self.metrics = metrics
         self.ready = ready
@@ -52,7 +55,10 @@ class OpsServer:
         if method not in ("GET", "HEAD"):
             status, ctype, body = "405 Method Not Allowed", "text/plain", b"only GET\n"
         elif path == "/metrics":
-            status, ctype, body = "200 OK", "text/plain; version=0.0.4; charset=utf-8", self.metrics()
+            text = self.metrics()
+            if inspect.isawaitable(text):
+                text = await text
+            status, ctype, body = "200 OK", "text/plain; version=0.0.4; charset=utf-8", text
         elif path == "/healthz":
             status, ctype, body = "200 OK", "text/plain", b"ok\n"
         elif path == "/readyz":

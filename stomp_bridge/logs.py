@@ -42,9 +42,23 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(data, default=str)
 
 
-def configure(level: str = "INFO", fmt: str = "text") -> None:
+class _Worker(logging.Filter):
+    """Tags every line of a worker process (``workers`` > 1) with its index."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__()
+        self.index = index
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.worker = self.index
+        return True
+
+
+def configure(level: str = "INFO", fmt: str = "text", worker: int | None = None) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    if worker is not None:
+        handler.addFilter(_Worker(worker))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

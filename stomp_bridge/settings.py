@@ -145,6 +145,12 @@ class Settings(BaseSettings):
         "them all unacknowledged and keeps reading (the plugin's unlimited prefetch), none while "
         "it does not read: what a stalled client costs stays bounded.",
     )
+    workers: int = Field(
+        1, ge=1, le=256,
+        description="Bridge processes sharing the listening ports (SO_REUSEPORT), one core each, with "
+        "their own AMQP connections; /metrics on http_port sums them. Connection and login limits "
+        "apply per worker.",
+    )
     max_connections: int = Field(0, ge=0, description="Open STOMP connections at most (0: no limit).")
     max_connections_per_ip: int = Field(0, ge=0, description="Per client address (0: no limit).")
     idle_timeout: float = Field(
@@ -414,6 +420,13 @@ class Settings(BaseSettings):
                 object.__setattr__(self, "tls_port", 61614)
         if self.port is None and self.tls_port is None and self.ws_port is None and self.wss_port is None:
             raise ValueError("no listener: set port, tls_port, ws_port or wss_port")
+        if self.workers > 1:
+            picked = [name for name in ("port", "tls_port", "ws_port", "wss_port") if getattr(self, name) == 0]
+            if picked:
+                raise ValueError(
+                    f"workers={self.workers} share their ports: set {', '.join(picked)} to a port number, "
+                    "not 0 (each worker would pick a port of its own)"
+                )
         if self.proxy_protocol and not self.proxy_protocol_trusted:
             raise ValueError(
                 "proxy_protocol needs proxy_protocol_trusted: the networks of the load balancers "

@@ -111,8 +111,11 @@ class BridgeServer:
     async def start(self) -> None:
         s = self.settings
         _raise_fd_limit()
+        # workers > 1: every worker process listens on the same ports, the kernel spreads clients
+        reuse_port = s.workers > 1
         if s.port is not None:
-            self._server = await asyncio.start_server(self._handle, s.host, s.port, limit=READ_SIZE)
+            self._server = await asyncio.start_server(
+                self._handle, s.host, s.port, limit=READ_SIZE, reuse_port=reuse_port)
             self._listeners.append(self._server)
         if s.tls_port is not None:
             assert self.tls is not None
@@ -121,6 +124,7 @@ class BridgeServer:
                 s.host,
                 s.tls_port,
                 limit=READ_SIZE,
+                reuse_port=reuse_port,
                 ssl=self.tls.context,
                 ssl_handshake_timeout=s.connect_timeout,
                 # After an ERROR the TLS close waits for the client's close_notify; a client that
@@ -129,11 +133,12 @@ class BridgeServer:
             )
             self._listeners.append(self._tls_server)
         if s.ws_port is not None:
-            self.ws = await websocket.listen(self, s.ws_host, s.ws_port)
+            self.ws = await websocket.listen(self, s.ws_host, s.ws_port, reuse_port=reuse_port)
             self._listeners.append(self.ws)
         if s.wss_port is not None:
             assert self.tls is not None
-            self.wss = await websocket.listen(self, s.ws_host, s.wss_port, ssl=self.tls.context)
+            self.wss = await websocket.listen(
+                self, s.ws_host, s.wss_port, ssl=self.tls.context, reuse_port=reuse_port)
             self._listeners.append(self.wss)
         if self.tls is not None and s.tls_reload_interval:
             self._tls_watch = asyncio.ensure_future(self._watch_tls(s.tls_reload_interval))

@@ -41,7 +41,8 @@ READ_BUFFER = 256 * 1024  # payload bytes queued for the Connection before readi
 
 
 async def listen(
-    server: Gateway, host: str | None, port: int, ssl: ssl.SSLContext | None = None
+    server: Gateway, host: str | None, port: int, ssl: ssl.SSLContext | None = None, *,
+    reuse_port: bool = False,
 ) -> asyncio.base_events.Server:
     settings = server.settings
     loop = asyncio.get_running_loop()
@@ -50,6 +51,7 @@ async def listen(
         settings.host if host is None else host,
         port,
         ssl=ssl,
+        reuse_port=reuse_port,
     )
 
 

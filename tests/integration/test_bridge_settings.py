@@ -411,7 +411,7 @@ def test_cli_rejects_invalid_port(broker):
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=30,
     )
     assert result.returncode != 0
-    assert "invalid setting port" in result.stderr, result.stderr
+    assert "argument --port: '99999' is not a port number (0-65535) or none" in result.stderr, result.stderr
 
 
 def test_cli_honours_port_from_environment(cli, dial, broker):
@@ -422,6 +422,79 @@ def test_cli_honours_port_from_environment(cli, dial, broker):
     dial(port).connect()
     process.proc.send_signal(signal.SIGTERM)
     assert process.proc.wait(CLI_EXIT_TIMEOUT) == 0
+
+
+def _worker_pids(parent: int) -> list[int]:
+    """The spawned worker processes of a ``--workers`` supervisor (not multiprocessing's tracker)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == parent and b"spawn_main" in cmdline:
+            pids.append(int(entry.name))
+    return pids
+
+
+def _scrape(http_port: int) -> dict[str, float]:
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=10).read().decode()
+    return {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
+            if line and not line.startswith("#")}
+
+
+def _answers(conn) -> bool:
+    """A SEND with a receipt: True if the RECEIPT comes, False if the connection is gone."""
+    from tests.integration.rawstomp import ConnectionClosed
+
+    try:
+        conn.receipt("SEND", {"destination": "/topic/workers-test"}, "x")
+    except (ConnectionClosed, OSError):
+        return False
+    return True
+
+
+def test_workers_share_the_ports_one_metrics_endpoint_and_a_killed_worker_comes_back(cli, dial, broker):
+    """workers=2: both processes take clients on the one port (SO_REUSEPORT), /metrics sums
+    them, a worker killed with SIGKILL costs only its own clients and is started again, and
+    SIGTERM stops them all gracefully."""
+    port, http_port = free_port(), free_port()
+    process = cli("--workers", "2", "--port", str(port), "--http-port", str(http_port), "--ws-port", "none",
+                  "--amqp-url", broker.amqp_url)
+    process.wait_line("stomp-bridge workers listening", CLI_START_TIMEOUT * 2)
+    conns = [dial(port) for _ in range(24)]
+    for conn in conns:
+        conn.connect()
+    metrics = _scrape(http_port)
+    assert metrics["stomp_bridge_workers"] == 2
+    assert metrics["stomp_bridge_connections"] == 24, "the supervisor sums both workers' gauges"
+    assert metrics["stomp_bridge_connections_opened_total"] == 24
+
+    workers = _worker_pids(process.proc.pid)
+    assert len(workers) == 2, workers
+    os.kill(workers[0], signal.SIGKILL)
+    process.wait_line("worker exited; starting it again", CLI_START_TIMEOUT)
+    alive = [conn for conn in conns if _answers(conn)]
+    # 24 clients spread by the kernel's hash: both workers had some (1 in 8 million otherwise)
+    assert 0 < len(alive) < 24, f"{len(alive)} of 24 clients survived the killed worker"
+
+    process.wait_line("stomp-bridge listening", CLI_START_TIMEOUT)  # the new worker
+    metrics = _scrape(http_port)
+    assert metrics["stomp_bridge_worker_restarts_total"] == 1
+    assert metrics["stomp_bridge_workers"] == 2
+    assert metrics["stomp_bridge_connections"] == len(alive)
+    dial(port).connect()  # the port still takes clients
+
+    process.proc.send_signal(signal.SIGTERM)
+    assert process.proc.wait(CLI_EXIT_TIMEOUT * 2) == 0
+    for conn in alive:
+        assert conn.error_then_close()["message"] == "Server shutdown"
+    assert _worker_pids(process.proc.pid) == []
 
 
 # -- shutdown and DISCONNECT ----------------------------------------------------------
