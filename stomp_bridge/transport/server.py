@@ -16,6 +16,7 @@ import resource
 import ssl
 from typing import Any
 
+from stomp_bridge.amqp import probe
 from stomp_bridge.amqp.channel import pool_for
 from stomp_bridge.amqp.endpoints import Endpoints
 from stomp_bridge.http import OpsServer
@@ -37,6 +38,8 @@ from stomp_bridge.transport.connection import (
 log = logging.getLogger(__name__)
 
 TLS_SHUTDOWN_TIMEOUT = 2.0
+BROKER_PROBE_TIMEOUT = 2.0  # seconds a RabbitMQ node has to answer the AMQP protocol header
+BROKER_RETRY = 5.0  # seconds between start-up probes while no node answers
 
 
 class BridgeServer:
@@ -76,6 +79,7 @@ class BridgeServer:
         self.tls_security = self.security
         self._tls_server: asyncio.base_events.Server | None = None
         self._tls_watch: asyncio.Task[None] | None = None
+        self._broker_watch: asyncio.Task[None] | None = None
         if settings.tls_port is not None or settings.wss_port is not None:
             self.tls = ServerTLS(ServerTLSConfig.from_settings(settings))
             self.tls.on_handshake_failure = self._tls_handshake_failed
@@ -142,6 +146,7 @@ class BridgeServer:
             self._listeners.append(self.wss)
         if self.tls is not None and s.tls_reload_interval:
             self._tls_watch = asyncio.ensure_future(self._watch_tls(s.tls_reload_interval))
+        self._broker_watch = asyncio.ensure_future(self._watch_broker())
         if s.http_port is not None:
             self.ops = OpsServer(s.http_host, s.http_port, self.metrics.render, self.ready)
             await self.ops.start()
@@ -171,20 +176,36 @@ class BridgeServer:
         }
 
     async def ready(self) -> tuple[bool, str]:
-        """Ready while accepting STOMP connections and a RabbitMQ node answers on its AMQP port."""
+        """Ready while accepting STOMP connections and a RabbitMQ node answers AMQP (an open
+        port is not enough: the management port answers too, and every CONNECT would fail)."""
         if self._closing or not self._listeners or not all(srv.is_serving() for srv in self._listeners):
             return False, "not accepting connections"
+        problems = await self._broker_problems()
+        return (False, "; ".join(problems)) if problems else (True, "ready")
+
+    async def _broker_problems(self) -> list[str]:
+        """[] as soon as one node answers AMQP, else what is wrong with each, in words."""
         problems = []
-        for index in range(len(self.endpoints.urls)):
-            host, port = self.endpoints.address(index)
-            try:
-                _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 2.0)
-            except (OSError, asyncio.TimeoutError) as exc:
-                problems.append(f"RabbitMQ at {host}:{port} is not reachable ({exc.__class__.__name__})")
-                continue
-            writer.close()
-            return True, "ready"
-        return False, "; ".join(problems)
+        for url in self.endpoints.urls:
+            problem = await probe.check(url, self.security.amqp_context, BROKER_PROBE_TIMEOUT)
+            if problem is None:
+                return []
+            problems.append(problem)
+        return problems
+
+    async def _watch_broker(self) -> None:
+        """At start-up, one WARNING if no RabbitMQ node answers AMQP (a wrong amqp_url is not
+        silent until the first CONNECT fails), and one INFO line once one does."""
+        problems = await self._broker_problems()
+        if not problems:
+            return
+        log.warning(
+            "RabbitMQ does not answer AMQP: every CONNECT fails until it does; check amqp_url",
+            extra={"problems": "; ".join(problems), "retry_seconds": BROKER_RETRY},
+        )
+        while await self._broker_problems():
+            await asyncio.sleep(BROKER_RETRY)
+        log.info("RabbitMQ answers AMQP now")
 
     def _refusal(self, peer: str | None) -> tuple[str, str] | None:
         s = self.settings
@@ -327,10 +348,11 @@ class BridgeServer:
         self._closing = True
         for listener in self._listeners:
             listener.close()
-        if self._tls_watch is not None:
-            self._tls_watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._tls_watch
+        for watch in (self._tls_watch, self._broker_watch):
+            if watch is not None:
+                watch.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watch
         connections = list(self._connections.values())
         if connections:
             await asyncio.wait(

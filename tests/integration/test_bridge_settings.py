@@ -424,6 +424,43 @@ def test_cli_honours_port_from_environment(cli, dial, broker):
     assert process.proc.wait(CLI_EXIT_TIMEOUT) == 0
 
 
+def test_cli_warns_at_once_when_the_broker_url_does_not_answer_amqp(cli, broker):
+    """Pointed at the management port, the bridge says so at start-up in one WARNING line and
+    /readyz fails: an open port is not a broker (every CONNECT would fail after a timeout)."""
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    api = urllib.parse.urlsplit(broker.api_url)
+    wrong = f"amqp://guest:guest@{api.hostname}:{api.port}/"
+    http_port = free_port()
+    process = cli("--port", str(free_port()), "--http-port", str(http_port), "--ws-port", "none",
+                  "--amqp-url", wrong)
+    process.wait_line("stomp-bridge listening", CLI_START_TIMEOUT)
+    line = process.wait_line("RabbitMQ does not answer AMQP", CLI_START_TIMEOUT)
+    assert "WARNING" in line and "check amqp_url" in line and f"{api.hostname}:{api.port}" in line, line
+    with pytest.raises(urllib.error.HTTPError) as answer:
+        urllib.request.urlopen(f"http://127.0.0.1:{http_port}/readyz", timeout=10)
+    assert answer.value.code == 503
+    assert "not AMQP" in answer.value.read().decode()
+
+
+async def test_the_probe_tells_a_broker_from_an_open_port_and_a_closed_one(broker):
+    from stomp_bridge.amqp import probe
+
+    assert await probe.check(broker.amqp_url) is None
+    api = urllib_split(broker.api_url)
+    assert "not AMQP" in await probe.check(f"amqp://{api.hostname}:{api.port}/", timeout=1.0)
+    closed = free_port()
+    assert f"127.0.0.1:{closed} is not reachable" in await probe.check(f"amqp://127.0.0.1:{closed}/")
+
+
+def urllib_split(url: str):
+    import urllib.parse
+
+    return urllib.parse.urlsplit(url)
+
+
 def _worker_pids(parent: int) -> list[int]:
     """The spawned worker processes of a ``--workers`` supervisor (not multiprocessing's tracker)."""
     pids = []
