@@ -16,6 +16,7 @@ import ssl
 from typing import TYPE_CHECKING, cast
 
 from websockets.exceptions import PayloadTooBig
+from websockets.extensions.permessage_deflate import ServerPerMessageDeflateFactory
 from websockets.frames import CloseCode, Frame, Opcode
 from websockets.http11 import Request
 from websockets.protocol import OPEN, SEND_EOF
@@ -36,6 +37,14 @@ log = logging.getLogger(__name__)
 _wire_log = logging.getLogger("stomp_bridge.transport.websocket.wire")
 _wire_log.setLevel(logging.WARNING)
 
+# websockets' defaults for permessage-deflate: 12-bit windows each way and memLevel 5, about
+# 40 KB of zlib state per connection that negotiates it, against 256 KB at zlib's maximum;
+# STOMP frames are small, so a larger window would buy little.
+COMPRESSION = [
+    ServerPerMessageDeflateFactory(
+        server_max_window_bits=12, client_max_window_bits=12, compress_settings={"memLevel": 5}
+    )
+]
 CLOSE_TIMEOUT = 5.0  # seconds a client has to answer our close frame before the TCP close
 READ_BUFFER = 256 * 1024  # payload bytes queued for the Connection before reading pauses
 
@@ -63,12 +72,13 @@ class WebSocketLink(asyncio.Protocol):
         self.settings = settings
         self.loop = asyncio.get_running_loop()
         # max_size bounds a message, across its fragments, from each frame's header: more is
-        # refused unread (1009). No extension is negotiated, so no permessage-deflate (which
-        # web-stomp offers): a compressed message is a protocol error (1002) and nothing is
-        # ever inflated. (websockets would inflate at most max_size, should this change.)
+        # refused unread (1009). permessage-deflate (ws_compression, on as in web-stomp) inflates
+        # a compressed message at most max_size bytes far (zlib's max_length), so a deflate bomb
+        # costs no more memory than a plain message; without it, a compressed message is a
+        # protocol error (1002) and nothing is inflated.
         self.ws = ServerProtocol(
             select_subprotocol=lambda _, offered: rules.select_subprotocol(offered),
-            extensions=None,
+            extensions=COMPRESSION if settings.ws_compression else None,
             max_size=settings.ws_max_message_size or settings.max_frame_size,
             logger=_wire_log,
         )

@@ -388,8 +388,10 @@ def test_websocket_client_that_does_not_read_leaves_messages_in_the_queue(ws_bri
         for _ in range(COUNT - 1)
     ))
     producer.receipt("SEND", {"destination": f"/queue/{name}"}, body, receipt_id="all-sent")
-    # websockets' client stops reading its socket once max_queue messages wait unread.
-    with logged_in(server, max_queue=4, max_size=None) as ws:
+    # websockets' client stops reading its socket once max_queue messages wait unread. No
+    # compression: these bodies deflate to almost nothing, and every message would fit the
+    # socket buffers (backpressure counts the bytes on the wire).
+    with logged_in(server, max_queue=4, max_size=None, compression=None) as ws:
         ws.send(frame("SUBSCRIBE", {"destination": f"/queue/{name}", "id": "slow", "ack": "auto"}))
         deadline = time.monotonic() + 20
         last = _ready(broker.amqp_url, name)
@@ -459,10 +461,10 @@ def test_proxy_protocol_header_before_the_upgrade_names_the_client(ws_bridge):
 
 # -- message bombs ------------------------------------------------------------------------
 #
-# The endpoint negotiates no extension, so no permessage-deflate (web-stomp compresses by
-# default): there is nothing to inflate. A message sent compressed anyway (RSV1 set) is a
-# protocol error (RFC 6455 §5.2: 1002), refused after reading at most ws_max_message_size
-# compressed bytes; an uncompressed message over that limit is refused at the frame header,
+# permessage-deflate is negotiated by default (as web-stomp does): a compressed message is
+# inflated at most ws_max_message_size bytes far, then refused (1009). With ws_compression
+# off, a message sent compressed anyway (RSV1 set) is a protocol error (RFC 6455 §5.2: 1002),
+# refused uninflated; an uncompressed message over that limit is refused at the frame header,
 # or at the fragment that passes it (1009), unread. Each runs on a bridge process of its own
 # (uvloop, as deployed) whose peak RSS is read from /proc, while a bystander on the same
 # bridge is served.
@@ -561,17 +563,31 @@ def write_until_closed(sock: socket.socket, chunks: Iterator[bytes]) -> int:
     return written
 
 
-def test_permessage_deflate_is_not_negotiated(ws_bridge):
+def test_permessage_deflate_is_negotiated_as_web_stomp_does(ws_bridge, unique):
     server = ws_bridge()
     with open_ws(server, compression="deflate") as ws:  # offers permessage-deflate
+        offered = ws.response.headers["Sec-WebSocket-Extensions"]
+        assert offered.startswith("permessage-deflate"), offered
+        assert [ext.name for ext in ws.protocol.extensions] == ["permessage-deflate"]
+        ws.send(CONNECT)
+        assert command_of(ws.recv(timeout=LOGIN_TIMEOUT)) == "CONNECTED"
+        Bystander(ws, f"/topic/ws-deflate-{unique}").round_trip()  # compressed both ways
+
+
+def test_ws_compression_off_negotiates_no_extension(ws_bridge):
+    server = ws_bridge(ws_compression=False)
+    with open_ws(server, compression="deflate") as ws:
         assert "Sec-WebSocket-Extensions" not in ws.response.headers
         assert ws.protocol.extensions == []
 
 
-def test_a_compressed_message_bomb_is_refused_uninflated_and_costs_only_its_client(broker, unique):
+@pytest.mark.parametrize("compression", ["true", "false"])
+def test_a_compressed_message_bomb_is_refused_uninflated_and_costs_only_its_client(broker, unique, compression):
+    """Negotiated (the default), the bomb is inflated no further than ws_max_message_size:
+    1009 after "Frame too large". Not negotiated, RSV1 is a protocol error: 1002."""
     payload = deflate_bomb(BOMB)
     bomb = ws_frame(FIN | RSV1 | TEXT, payload)
-    with bridge_process(broker) as (pid, port):
+    with bridge_process(broker, STOMP_BRIDGE_WS_COMPRESSION=compression) as (pid, port):
         with ws_client(port) as other, ws_client(port, compression="deflate") as attacker:
             bystander = Bystander(other, f"/topic/ws-bomb-{unique}")
             bystander.round_trip()
@@ -584,9 +600,13 @@ def test_a_compressed_message_bomb_is_refused_uninflated_and_costs_only_its_clie
             bystander.round_trip()
     print(f"\ncompressed bomb: {len(payload)} bytes inflating to {BOMB}; bridge RSS {before[0]} -> {after[0]}, "
           f"peak {before[1]} -> {after[1]} (+{after[1] - before[1]})")
-    assert [header(m, "message") for m in received] == ["Invalid WebSocket frame"]
-    assert "reserved bits" in received[0]
-    assert closed.rcvd is not None and closed.rcvd.code == 1002
+    if compression == "true":
+        assert [header(m, "message") for m in received] == ["Frame too large"]
+        assert closed.rcvd is not None and closed.rcvd.code == 1009
+    else:
+        assert [header(m, "message") for m in received] == ["Invalid WebSocket frame"]
+        assert "reserved bits" in received[0]
+        assert closed.rcvd is not None and closed.rcvd.code == 1002
     assert after[1] - before[1] < PEAK_GROWTH
 
 
