@@ -12,13 +12,13 @@ names (``message_type`` for AMQP ``type``); headers tables are plain dicts.
 
 from __future__ import annotations
 
-import re
 import secrets
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
 from stomp_bridge.protocol.destinations import DEST_PREFIXES, REPLY_QUEUE_PREFIX, base64url, message_destination, processing_error
 from stomp_bridge.protocol.errors import FrameRejected
+from stomp_bridge.protocol.integers import NONE, SPACES, parse_int
 
 # -- names (rabbit_stomp_headers.hrl) ----------------------------------------------------
 
@@ -71,16 +71,15 @@ NOT_USER_HEADERS = frozenset(
 )
 
 _QUEUE_ARGUMENT_NAMES = frozenset(QUEUE_ARGUMENTS)
-_INT = re.compile(r"[+-]?[0-9]+").fullmatch
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
 def _integer(name: str, value: str) -> int:
     # list_to_integer(string:strip(V)): spaces only (3.10 to 4.3.6; verified on 4.3.6)
-    text = value.strip(" ")
-    if _INT(text) is None:
+    number = parse_int(value, blanks=SPACES)
+    if number is None:
         raise processing_error(f"header {name!r}: {value!r} is not an integer")
-    return int(text)
+    return number
 
 
 def queue_arguments(headers: Mapping[str, str], names: frozenset[str] | None = None) -> dict[str, Any]:
@@ -269,10 +268,6 @@ def new_session_id(random: bytes | None = None) -> str:
     return "session-" + base64url(secrets.token_bytes(16) if random is None else random)
 
 
-def make_message_id(consumer_tag: str, session_id: str, delivery_tag: int) -> str:
-    return f"{consumer_tag}{MESSAGE_ID_SEPARATOR}{session_id}{MESSAGE_ID_SEPARATOR}{delivery_tag}"
-
-
 def ack_header_name(version: str) -> str:
     """The header ACK/NACK must carry: ``id`` in 1.2 (the MESSAGE's ``ack``), else ``message-id``."""
     return "id" if version == "1.2" else "message-id"
@@ -290,9 +285,10 @@ def parse_message_id(value: str, command: str = "ACK", header: str = "id") -> tu
         raise FrameRejected(
             "Invalid header", f'"{command}" must include a valid "{header}" header\n')
     tag = parts[2]
-    if _INT(tag) is None:
+    delivery_tag = parse_int(tag)  # binary_to_integer/1: no blanks
+    if delivery_tag is None:
         raise processing_error(f"delivery tag {tag!r} is not an integer")
-    return parts[0], parts[1], int(tag)
+    return parts[0], parts[1], delivery_tag
 
 
 def ack_mode(headers: Mapping[str, str]) -> tuple[str, bool]:
@@ -391,9 +387,9 @@ def consume_arguments(headers: Mapping[str, str]) -> dict[str, Any]:
         if offset in ("first", "last", "next"):
             args["x-stream-offset"] = offset
         elif offset.startswith("offset="):
-            args["x-stream-offset"] = _binary_to_integer("x-stream-offset", offset[7:])
+            args["x-stream-offset"] = _stream_offset_integer(offset[7:])
         elif offset.startswith("timestamp="):
-            seconds = _binary_to_integer("x-stream-offset", offset[10:])
+            seconds = _stream_offset_integer(offset[10:])
             try:
                 args["x-stream-offset"] = datetime.fromtimestamp(seconds, tz=timezone.utc)
             except (OverflowError, OSError, ValueError):
@@ -413,8 +409,9 @@ def consume_arguments(headers: Mapping[str, str]) -> dict[str, Any]:
     return args
 
 
-def _binary_to_integer(name: str, text: str) -> int:
+def _stream_offset_integer(text: str) -> int:
     # binary_to_integer/1: no blanks allowed, unlike list_to_integer(string:strip(...))
-    if _INT(text) is None:
-        raise processing_error(f"header {name!r}: {text!r} is not an integer")
-    return int(text)
+    number = parse_int(text, blanks=NONE)
+    if number is None:
+        raise processing_error(f"header 'x-stream-offset': {text!r} is not an integer")
+    return number
