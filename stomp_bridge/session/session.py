@@ -17,7 +17,6 @@ import asyncio
 import logging
 import math
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from stomp_bridge import __version__
@@ -27,6 +26,7 @@ from stomp_bridge.amqp.endpoints import Endpoints
 from stomp_bridge.logs import log_frame
 from stomp_bridge.metrics import Counters
 from stomp_bridge.session.receipts import ReceiptLedger
+from stomp_bridge.session.subscriptions import Subscription, part_tag, window_tag
 from stomp_bridge.protocol import destinations as dest
 from stomp_bridge.protocol.connect import (
     SUPPORTED_VERSIONS,
@@ -52,34 +52,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-WINDOW_TAG_SEPARATOR = "@@window"  # "@@" never appears in a usable subscription id (message-id)
-
-@dataclass(slots=True)
-class Subscription:
-    consumer_tag: str  # T_<id>, Q_<destination>, or T_/temp-queue/<id> (plugin naming)
-    destination: dest.Destination | None  # None for the automatic temp-queue subscription
-    queue: str
-    ack: bool  # the client acknowledges (ack:client or client-individual)
-    multiple: bool  # ack:client: an ACK settles every earlier delivery too
-    # Extensions (extensions.py); the defaults cost nothing on the delivery path.
-    # ``filter`` sees (and may add to) each MESSAGE's headers; False drops the delivery.
-    filter: Callable[[dict[str, str]], bool] | None = None
-    extra_tags: tuple[str, ...] = ()  # more consumers: a composite SUBSCRIBE's, or a window's
-    consuming: bool = True  # False for a finished classic-queue browse
-    unacked: int = 0  # deliveries the client has not settled yet (ack subscriptions)
-    # ack:client/client-individual without prefetch-count: consumed in windows of
-    # client_ack_window deliveries, one consumer more on the queue each time the client holds
-    # all the windows and keeps reading (0: not windowed). See _add_window.
-    window: int = 0
-    growing: bool = False
-    arguments: dict[str, Any] | None = None  # the consume arguments, for more windows
-    # MESSAGEs that arrived before the SUBSCRIBE's RECEIPT went out (None: none held); the
-    # plugin answers SUBSCRIBE before it handles any delivery, and clients wait for the RECEIPT.
-    held: list[bytes] | None = None
-
-
 class Session:
-    """State of one STOMP connection; the transport feeds it frames."""
+    """State of one STOMP connection; the transport feeds it frames.
+
+    Its public methods and attributes (:class:`~.view.SessionView`) are what the
+    extensions use; the underscore ones are its own.
+    """
 
     def __init__(
         self,
@@ -434,7 +412,7 @@ class Session:
 
     async def _send_to(self, frame: Frame, destination: dest.Destination) -> None:
         headers = frame.headers
-        amqp = self._amqp()
+        amqp = self.channel()
         target = dest.send_target(
             destination,
             headers,
@@ -468,7 +446,7 @@ class Session:
                 await ext.retain(self, target, props, frame.body, action)
 
     async def _declare(self, plan: dest.QueueDeclare) -> str:
-        name = await self._amqp().declare_queue(
+        name = await self.channel().declare_queue(
             plan.queue,
             durable=plan.durable,
             exclusive=plan.exclusive,
@@ -485,7 +463,7 @@ class Session:
         """/temp-queue/<id>: one server-named queue per id, auto-subscribed (plugin semantics)."""
         existing = self.reply_queues.get(temp_id)
         if existing is None:
-            amqp = self._amqp()
+            amqp = self.channel()
             existing = await self._declare(
                 dest.temp_queue_declare(self.settings.temp_queue_prefix, self.session_id, temp_id)
             )
@@ -520,7 +498,7 @@ class Session:
         mode, multiple = hdr.ack_mode(headers)
         # basic.qos carries 16 bits; the plugin's direct connection takes more, so the nearest.
         prefetch = min(hdr.prefetch_count(headers), 65535)
-        amqp = self._amqp()
+        self.channel()  # "Not connected" before a bad argument, as ever
         arguments = hdr.consume_arguments(headers)
         window = 0
         if mode != "auto" and prefetch == 0 and not any(k.startswith("x-stream-") for k in arguments):
@@ -530,36 +508,56 @@ class Session:
             self._maybe_receipt(frame)
             return
         hook = ext.delivery_filter(self, headers, composite or [destination])
-        if composite is not None:
-            sub = Subscription(tag, destination, "", ack=mode != "auto", multiple=multiple, filter=hook)
-            await ext.subscribe_composite(self, frame, sub, composite, prefetch, arguments)
-            self._maybe_receipt(frame)
-            return
-        plan = self._subscribe_plan(destination, headers)
-        queue = plan.queue
-        if plan.declare is not None:
-            queue = await self._declare(plan.declare)
-        if self.settings.retained_messages and destination.kind == dest.TOPIC and plan.binding is not None:
-            await ext.copy_retained(self, queue, plan.binding)
-        sub = Subscription(tag, destination, queue, ack=mode != "auto", multiple=multiple, filter=hook,
-                           window=window, arguments=arguments)
-        receipt = frame.headers.get("receipt")
+        targets = composite or [destination]
+        plans = [self._subscribe_plan(target, headers) for target in targets]  # refusals before I/O
+        sub = Subscription(tag, destination, "", ack=mode != "auto", multiple=multiple, filter=hook,
+                           window=window if composite is None else 0, arguments=arguments)
+        await self._subscribe(sub, list(zip(targets, plans)), prefetch, headers.get("receipt"))
+
+    async def _subscribe(
+        self, sub: Subscription, parts: list[tuple[dest.Destination, dest.SubscribePlan]], prefetch: int,
+        receipt: str | None,
+    ) -> None:
+        """SUBSCRIBE's one AMQP sequence, for a plain destination (one part) and for each part of
+        a composite one: declare the queue, copy a retained message, register the consumer tag,
+        consume, bind; on a failure every tag registered goes again. The parts after the first
+        get their own consumer tags mapped to the same subscription.
+
+        With a ``receipt``, MESSAGEs are held until the RECEIPT has gone out, as the plugin
+        answers SUBSCRIBE before it handles any delivery.
+        """
+        amqp = self.channel()
         if receipt is not None:
             sub.held = []
-        self.subscriptions[tag] = sub
+        registered: list[str] = []
         try:
-            await amqp.consume(queue, tag, no_ack=mode == "auto", prefetch=prefetch, arguments=arguments)
-            if plan.binding is not None:
-                await amqp.bind(queue, *plan.binding)
+            for index, (target, plan) in enumerate(parts):
+                queue = plan.queue
+                if plan.declare is not None:
+                    queue = await self._declare(plan.declare)
+                if self.settings.retained_messages and target.kind == dest.TOPIC and plan.binding is not None:
+                    await ext.copy_retained(self, queue, plan.binding)
+                tag = part_tag(sub.consumer_tag, index)
+                if index == 0:
+                    sub.queue = queue
+                else:
+                    sub.extra_tags = (*sub.extra_tags, tag)
+                self.subscriptions[tag] = sub
+                registered.append(tag)
+                await amqp.consume(queue, tag, no_ack=not sub.ack, prefetch=prefetch, arguments=sub.arguments)
+                if plan.binding is not None:
+                    await amqp.bind(queue, *plan.binding)
         except BrokerError as exc:
-            self.subscriptions.pop(tag, None)
-            if exc.message == "access_refused" and destination.kind == dest.TOPIC:
+            for tag in registered:
+                self.subscriptions.pop(tag, None)
+            if exc.message == "access_refused" and target.kind == dest.TOPIC:
                 # The plugin checks topic read permission itself and quotes the refusal
                 # without the reply code RabbitMQ's bind refusal starts with.
                 exc.detail = exc.detail.removeprefix("ACCESS_REFUSED - ")
             raise
         except BaseException:
-            self.subscriptions.pop(tag, None)
+            for tag in registered:
+                self.subscriptions.pop(tag, None)
             raise
         if receipt is not None:
             self._queue_receipt(receipt, then=lambda: self._release_held(sub))
@@ -575,7 +573,7 @@ class Session:
             headers,
             self.settings.default_topic_exchange,
             declare=destination.name not in self.declared_queues,
-            dialect=self._amqp().dialect,
+            dialect=self.channel().dialect,
         )
         return ext.adjust_plan(self, plan, destination, headers)
 
@@ -593,7 +591,7 @@ class Session:
                 "UNSUBSCRIBE must refer to an existing subscription.\n"
                 f"Subscription to {tp(hdr.describe_subscription(tag))} not found.\n",
             )
-        amqp = self._amqp()
+        amqp = self.channel()
         if sub.consuming:
             await amqp.cancel(tag)
         del self.subscriptions[tag]
@@ -682,14 +680,13 @@ class Session:
         stops reading gets none, and what it costs the bridge stays bounded.
         """
         try:
-            if self._wait_writable is not None:
-                await self._wait_writable()
+            await self.writable()
             if self.closed or self.subscriptions.get(sub.consumer_tag) is not sub:
                 return
-            if sub.unacked < sub.window * (1 + len(sub.extra_tags)):
+            if not sub.window_full():
                 return  # ACKs made room meanwhile
-            amqp = self._amqp()
-            tag = f"{sub.consumer_tag}{WINDOW_TAG_SEPARATOR}{len(sub.extra_tags) + 1}"
+            amqp = self.channel()
+            tag = window_tag(sub.consumer_tag, len(sub.extra_tags) + 1)
             self.subscriptions[tag] = sub
             sub.extra_tags = (*sub.extra_tags, tag)
             await amqp.consume(sub.queue, tag, no_ack=False, prefetch=sub.window, arguments=sub.arguments)
@@ -733,7 +730,7 @@ class Session:
         else:
             del self.unacked[delivery_tag]
             sub.unacked -= 1
-        amqp = self._amqp()
+        amqp = self.channel()
         if command == "ACK":
             amqp.ack(delivery_tag, multiple)
         else:
@@ -841,10 +838,19 @@ class Session:
 
     # -- helpers ------------------------------------------------------------------
 
-    def _amqp(self) -> AmqpSession:
+    def channel(self) -> AmqpSession:
         if self.amqp is None:
             raise BrokerError("Not connected", "The AMQP connection is gone; reconnect.")
         return self.amqp
+
+    async def writable(self) -> None:
+        if self._wait_writable is not None:
+            await self._wait_writable()
+
+    def deliver(self, headers: dict[str, str], body: bytes) -> None:
+        self.counters.messages_delivered += 1
+        self.counters.frames_out["MESSAGE"] += 1
+        self._write(self._encode(Frame("MESSAGE", headers, body)))
 
     def _destination(self, frame: Frame) -> dest.Destination:
         value = frame.headers.get("destination")
