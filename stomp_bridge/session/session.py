@@ -25,8 +25,10 @@ from stomp_bridge.amqp.channel import AmqpSession, broker_error
 from stomp_bridge.amqp.endpoints import Endpoints
 from stomp_bridge.logs import log_frame
 from stomp_bridge.metrics import Counters
+from stomp_bridge.session.acks import Unacked, ack_target
 from stomp_bridge.session.receipts import ReceiptLedger
 from stomp_bridge.session.subscriptions import Subscription, part_tag, window_tag
+from stomp_bridge.session.transactions import Transactions, transaction_id
 from stomp_bridge.protocol import destinations as dest
 from stomp_bridge.protocol.connect import (
     SUPPORTED_VERSIONS,
@@ -114,10 +116,10 @@ class Session:
         self.closed = False
         self.heartbeat: tuple[int, int] = (0, 0)  # (server sends every, server expects every) ms
         self.subscriptions: dict[str, Subscription] = {}  # by consumer tag
-        self.unacked: dict[int, Subscription] = {}  # delivery tag -> subscription, in order
+        self.unacked = Unacked()  # what the client has to ACK, by delivery tag, in order
         self.declared_queues: set[str] = set()
         self.reply_queues: dict[str, str] = {}  # /temp-queue/<id> -> queue name
-        self.transactions: dict[str, list[Frame]] = {}
+        self.transactions = Transactions(settings.max_transactions, settings.max_transaction_actions)
         self.client_id: str | None = None  # Artemis durable subscriptions
         # Exclusive queues belong to the AMQP connection, which other sessions may share:
         # close() deletes them, so they end with this STOMP connection as under the plugin.
@@ -394,7 +396,7 @@ class Session:
     # -- SEND ---------------------------------------------------------------------
 
     async def _on_send(self, frame: Frame) -> None:
-        if not self._in_transaction(frame):
+        if not self.transactions.hold(frame):
             await self._send(frame)
             self._maybe_receipt(frame)
 
@@ -649,9 +651,8 @@ class Session:
             ext.drop(self, sub, delivery_tag)
             return
         if sub.ack:
-            self.unacked[delivery_tag] = sub
-            sub.unacked += 1
-            if sub.window and not sub.growing and sub.unacked >= sub.window * (1 + len(sub.extra_tags)):
+            self.unacked.delivered(delivery_tag, sub)
+            if sub.window and not sub.growing and sub.window_full():
                 self._add_window(sub)
         self.counters.messages_delivered += 1
         self.counters.frames_out["MESSAGE"] += 1
@@ -698,38 +699,21 @@ class Session:
     # -- ACK / NACK ---------------------------------------------------------------
 
     async def _on_ack(self, frame: Frame) -> None:
-        if not self._in_transaction(frame):
+        if not self.transactions.hold(frame):
             self._settle(frame, "ACK")
         self._maybe_receipt(frame)
 
     async def _on_nack(self, frame: Frame) -> None:
-        if not self._in_transaction(frame):
+        if not self.transactions.hold(frame):
             self._settle(frame, "NACK")
         self._maybe_receipt(frame)
 
     def _settle(self, frame: Frame, command: str) -> None:
-        header = hdr.ack_header_name(self.version)
-        value = frame.headers.get(header)
-        if value is None:
-            raise FrameRejected("Missing header", f'"{command}" must include the "{header}" header\n')
-        consumer_tag, session_id, delivery_tag = hdr.parse_message_id(value, command, header)
-        if session_id != self.session_id:
-            raise FrameRejected("Invalid header", f'"{command}" must include a valid "{header}" header\n')
+        consumer_tag, delivery_tag = ack_target(frame.headers, command, self.version, self.session_id)
         if consumer_tag not in self.subscriptions:
+            value = frame.headers[hdr.ack_header_name(self.version)]
             raise FrameRejected("Subscription not found", f"Message with id {tp(value)} has no subscription")
-        sub = self.unacked.get(delivery_tag)
-        if sub is None or sub.consumer_tag != consumer_tag:
-            # What RabbitMQ answers to an ack for a tag it never delivered.
-            raise BrokerError(
-                "precondition_failed", f"PRECONDITION_FAILED - unknown delivery tag {delivery_tag}"
-            )
-        multiple = sub.multiple
-        if multiple:
-            for tag in [t for t in self.unacked if t <= delivery_tag]:
-                self.unacked.pop(tag).unacked -= 1
-        else:
-            del self.unacked[delivery_tag]
-            sub.unacked -= 1
+        multiple = self.unacked.settle(consumer_tag, delivery_tag)
         amqp = self.channel()
         if command == "ACK":
             amqp.ack(delivery_tag, multiple)
@@ -740,58 +724,18 @@ class Session:
             amqp.nack(delivery_tag, multiple, requeue)
 
     # -- transactions -------------------------------------------------------------
-
-    def _in_transaction(self, frame: Frame) -> bool:
-        """Hold a transactional SEND/ACK/NACK until COMMIT (what the plugin does).
-
-        As in the plugin, a held ACK/NACK is receipted at once; a held SEND is
-        receipted when, after COMMIT, RabbitMQ has confirmed it.
-        """
-        tx = frame.headers.get("transaction")
-        if tx is None:
-            return False
-        actions = self._transaction(tx)
-        if len(actions) >= self.settings.max_transaction_actions:
-            raise FrameRejected(
-                "Transaction too large",
-                f"Too many actions in transaction (limit {self.settings.max_transaction_actions})",
-            )
-        actions.append(frame)
-        return True
-
-    def _transaction(self, tx: str) -> list[Frame]:
-        actions = self.transactions.get(tx)
-        if actions is None:
-            raise FrameRejected("Bad transaction", f"Invalid transaction identifier: {tp(tx)}\n")
-        return actions
-
-    @staticmethod
-    def _transaction_id(frame: Frame, command: str) -> str:
-        tx = frame.headers.get("transaction")
-        if tx is None:
-            raise FrameRejected(
-                "Missing transaction", f"\"{command}\" must include a 'transaction' header\n"
-            )
-        return tx
+    # As in the plugin, a transactional SEND/ACK/NACK is held until COMMIT
+    # (transactions.py); a held ACK/NACK is receipted at once, a held SEND when,
+    # after COMMIT, RabbitMQ has confirmed it.
 
     async def _on_begin(self, frame: Frame) -> None:
-        tx = self._transaction_id(frame, "BEGIN")
-        # The plugin's BEGIN of an open transaction starts it again, empty.
-        if tx not in self.transactions and len(self.transactions) >= self.settings.max_transactions:
-            raise FrameRejected(
-                "Transaction limit exceeded",
-                f"Too many concurrent transactions (limit {self.settings.max_transactions})",
-            )
-        self.transactions[tx] = []
+        self.transactions.begin(transaction_id(frame.headers, "BEGIN"))
         self._maybe_receipt(frame)
 
     async def _on_commit(self, frame: Frame) -> None:
         """Run the held frames in order. As in the plugin, one that fails (a bad destination,
         say) gets its ERROR and the others still run; a fatal error ends it all."""
-        tx = self._transaction_id(frame, "COMMIT")
-        actions = self._transaction(tx)
-        del self.transactions[tx]
-        for action in actions:
+        for action in self.transactions.commit(transaction_id(frame.headers, "COMMIT")):
             try:
                 if action.command == "SEND":
                     await self._send(action)
@@ -803,9 +747,7 @@ class Session:
         self._maybe_receipt(frame)
 
     async def _on_abort(self, frame: Frame) -> None:
-        tx = self._transaction_id(frame, "ABORT")
-        self._transaction(tx)
-        del self.transactions[tx]
+        self.transactions.abort(transaction_id(frame.headers, "ABORT"))
         self._maybe_receipt(frame)
 
     # -- receipts and confirms ----------------------------------------------------
