@@ -14,19 +14,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from stomp_bridge.protocol import destinations as dest
 from stomp_bridge.protocol import features
 from stomp_bridge.protocol import headers as hdr
-from stomp_bridge.protocol.errors import AccessRefused, FrameRejected
+from stomp_bridge.protocol.errors import FrameRejected
 from stomp_bridge.protocol.frames import Frame
 from stomp_bridge.protocol.selectors import compile_selector
 from stomp_bridge.session.subscriptions import Subscription
 from stomp_bridge.session.view import SessionView
-
-if TYPE_CHECKING:
-    from stomp_bridge.settings import Settings
 
 
 def destinations(session: SessionView, frame: Frame) -> list[dest.Destination]:
@@ -38,27 +35,6 @@ def destinations(session: SessionView, frame: Frame) -> list[dest.Destination]:
         dest.parse_destination(value)  # raises the plugin's InvalidDestination
         raise AssertionError("unreachable: the destination parsed the second time")
     return found
-
-
-# -- CONNECT and errors ----------------------------------------------------------------------
-
-
-def vhost_for(settings: Settings, host: str) -> str:
-    """``host_vhosts``: clients such as stompman always send ``host:<server host name>``, which
-    the plugin takes for a vhost name; the map names the vhost instead."""
-    mapped = settings.host_vhosts
-    return mapped.get(host, host) if mapped else host
-
-
-def falls_back(settings: Settings, vhost: str, error: AccessRefused) -> bool:
-    """``unknown_host_default_vhost`` (opt-in): a host that is not in ``host_vhosts`` and that
-    RabbitMQ refused as a vhost logs in to ``default_vhost`` instead."""
-    return (
-        settings.unknown_host_default_vhost
-        and vhost != settings.default_vhost
-        and vhost not in settings.host_vhosts.values()
-        and error.detail.startswith("Virtual host")
-    )
 
 
 # -- SEND ------------------------------------------------------------------------------------

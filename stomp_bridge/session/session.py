@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -25,18 +24,13 @@ from stomp_bridge.amqp.channel import AmqpSession, broker_error
 from stomp_bridge.amqp.endpoints import Endpoints
 from stomp_bridge.logs import log_frame
 from stomp_bridge.metrics import Counters
+from stomp_bridge.session import login
 from stomp_bridge.session.acks import Unacked, ack_target
 from stomp_bridge.session.receipts import ReceiptLedger
 from stomp_bridge.session.subscriptions import Subscription, part_tag, window_tag
 from stomp_bridge.session.transactions import Transactions, transaction_id
 from stomp_bridge.protocol import destinations as dest
-from stomp_bridge.protocol.connect import (
-    SUPPORTED_VERSIONS,
-    heartbeat_seconds,
-    is_loopback,
-    negotiate_version,
-    parse_heartbeat,
-)
+from stomp_bridge.protocol.connect import SUPPORTED_VERSIONS, negotiate_version
 from stomp_bridge.protocol import features
 from stomp_bridge.protocol import headers as hdr
 from stomp_bridge.protocol.errors import (
@@ -46,7 +40,7 @@ from stomp_bridge.protocol.frames import END, END_LF, Frame, receipt_frame, seri
 from stomp_bridge.protocol.parser import FrameParser, Limits
 
 if TYPE_CHECKING:
-    from stomp_bridge.swaptacular.certlogin import ConnectSecurity
+    from stomp_bridge.swaptacular.certlogin import AmqpLogin, ConnectSecurity
     from stomp_bridge.settings import Settings
     from stomp_bridge.swaptacular.profile import PeerPolicy
     from stomp_bridge.session.throttle import LoginThrottle
@@ -243,55 +237,49 @@ class Session:
     # -- CONNECT ------------------------------------------------------------------
 
     async def _on_connect(self, frame: Frame, *, implicit: bool) -> None:
+        """Log in (the decisions are login.py's), open the AMQP session, answer CONNECTED."""
         if self.amqp is not None:
             raise ProtocolError("Bad CONNECT", "Already connected: CONNECT may be sent once")
-        s = self.settings
         version = negotiate_version(frame.headers.get("accept-version"))
-        headers = frame.headers
-        if version == "1.0":
-            headers = {k: v.lstrip() for k, v in headers.items()}
+        headers = login.connect_headers(frame.headers, version)
         cert_login, self.policy = (
             await self.security.resolve(self.peer_cert, headers, version)
             if self.security is not None else (None, None)
         )
-        login = headers.get("login")
-        if cert_login is not None:
-            login, passcode = cert_login.user, cert_login.password
-        elif self._credentials is not None:
-            login, passcode = self._credentials
-            if login is None:
-                raise AccessRefused(
-                    "Bad CONNECT",
-                    "No HTTP Basic credentials on the WebSocket upgrade request (the bridge's "
-                    "ws_use_http_auth) and no default_user configured on the bridge",
-                )
-        elif login is None:
-            login, passcode = s.default_user, s.default_pass
-            if login is None:
-                raise AccessRefused(
-                    "Bad CONNECT",
-                    "No login header and no default_user configured on the bridge",
-                )
-        else:
-            passcode = headers.get("passcode", s.default_pass or "")
-        if self.policy is not None:  # Swaptacular: host names the peer, the vhost is configured
-            vhost = self.policy.vhost
-        else:
-            vhost = ext.vhost_for(s, headers.get("host", s.default_vhost))
-        cx, cy = parse_heartbeat(headers.get("heart-beat", "0,0"))
-        if login in s.loopback_users and not is_loopback(self.peer):
-            raise AccessRefused("Bad CONNECT", "non-loopback access denied")
+        request = login.login_request(
+            self.settings, headers, peer=self.peer, cert_login=cert_login, transport=self._credentials,
+            policy=self.policy,
+        )
+        amqp, vhost = await self._open_amqp(request, cert_login)
+        self._start(amqp, request.user, vhost, version, request.heartbeat)
+        self.client_id = headers.get("client-id")
+        heart_beat = f"{request.heartbeat[0]},{request.heartbeat[1]}"
+        log.info(
+            "client connected",
+            extra={"peer": self.peer_name, "user": request.user, "vhost": vhost, "version": version,
+                   "heart_beat": heart_beat, "implicit": implicit},
+        )
+        if implicit:
+            return  # the plugin sends no CONNECTED for an implicit connect
+        server = None if self.settings.hide_server_info else login.server_header(amqp.broker_version_text, __version__)
+        out = login.connected_headers(self.session_id, self.heartbeat, version, server)
+        self.counters.frames_out["CONNECTED"] += 1
+        connected = Frame("CONNECTED", out)
+        if self._debug:
+            log_frame(log, "out", self.peer_name, "CONNECTED", out, b"")
+        self._write(serialize(connected, version, self._eol))
+
+    async def _open_amqp(self, request: login.LoginRequest, cert_login: AmqpLogin | None) -> tuple[AmqpSession, str]:
+        """The AMQP session for ``request`` and the vhost it got, through the login throttle:
+        a refusal counts as a failed login, no answer (or a cancel) as none."""
+        s = self.settings
+        user, passcode, vhost = request.user, request.passcode, request.vhost
         throttle = self.throttle
-        if throttle is not None and (wait := throttle.retry_after(self.peer, login)) > 0:
+        if throttle is not None and (wait := throttle.retry_after(self.peer, user)) > 0:
             self.counters.logins_throttled += 1
-            raise AccessRefused(
-                "Bad CONNECT",
-                f"Access refused for user '{login}': {throttle.limit} failed logins from "
-                f"{self.peer} within {throttle.window:g} s; try again in {math.ceil(wait)} s",
-                private="login_failures_per_minute",
-            )
+            raise login.throttled(throttle, self.peer, user, wait)
         if throttle is not None:
-            throttle.begin(self.peer, login)
+            throttle.begin(self.peer, user)
         try:
             # amqps://: verify RabbitMQ; EXTERNAL: also the certificate signed for this user
             tls_login = {
@@ -303,38 +291,42 @@ class Session:
             try:
                 amqp = await AmqpSession.open(
                     self.endpoints,
-                    login,
-                    passcode or "",
+                    user,
+                    passcode,
                     vhost,
-                    client_name=f"stomp-bridge {self.peer_name} ({login})",
+                    client_name=f"stomp-bridge {self.peer_name} ({user})",
                     heartbeat=s.amqp_heartbeat,
                     timeout=s.amqp_connect_timeout,
                     **tls_login,
                 )
             except AccessRefused as exc:
-                if not ext.falls_back(s, vhost, exc):
+                if not login.falls_back(s, vhost, exc):
                     raise
                 vhost = s.default_vhost  # opt-in: an unknown host goes to the default vhost
                 amqp = await AmqpSession.open(
-                    self.endpoints, login, passcode or "", vhost,
-                    client_name=f"stomp-bridge {self.peer_name} ({login})",
+                    self.endpoints, user, passcode, vhost,
+                    client_name=f"stomp-bridge {self.peer_name} ({user})",
                     heartbeat=s.amqp_heartbeat, timeout=s.amqp_connect_timeout, **tls_login,
                 )
         except AccessRefused:
             if throttle is not None:
-                throttle.failed(self.peer, login)
+                throttle.failed(self.peer, user)
             raise
         except BaseException as exc:  # RabbitMQ did not answer (or we were cancelled): no verdict
             if throttle is not None:
-                throttle.abandon(self.peer, login)
+                throttle.abandon(self.peer, user)
             if isinstance(exc, BrokerError):
                 self.counters.amqp_connection_failures += 1
             raise
         if throttle is not None:
-            throttle.succeeded(self.peer, login)
+            throttle.succeeded(self.peer, user)
+        return amqp, vhost
+
+    def _start(self, amqp: AmqpSession, user: str, vhost: str, version: str, heartbeat: tuple[int, int]) -> None:
+        """Logged in: wire the AMQP session's callbacks, lift the frame size limit."""
+        s = self.settings
         self.amqp = amqp
-        self.user, self.vhost = login, vhost
-        self.client_id = headers.get("client-id")
+        self.user, self.vhost = user, vhost
         self.amqp.on_delivery = self._on_delivery
         self.amqp.on_confirm = self._on_confirm
         self.amqp.on_closed = self._on_amqp_closed
@@ -352,28 +344,7 @@ class Session:
             max_header_length=s.max_header_length,
         )
         self.session_id = hdr.new_session_id()
-        send_s, recv_s = heartbeat_seconds(cy), heartbeat_seconds(cx)
-        self.heartbeat = (send_s * 1000, recv_s * 1000)
-        log.info(
-            "client connected",
-            extra={"peer": self.peer_name, "user": login, "vhost": vhost, "version": version,
-                   "heart_beat": f"{send_s * 1000},{recv_s * 1000}", "implicit": implicit},
-        )
-        if implicit:
-            return  # the plugin sends no CONNECTED for an implicit connect
-        out = {
-            "session": self.session_id,
-            "heart-beat": f"{send_s * 1000},{recv_s * 1000}",
-            "version": version,
-        }
-        if not s.hide_server_info:
-            # Clients match on "RabbitMQ/"; the comment (STOMP 1.2 grammar) names the bridge.
-            out["server"] = f"RabbitMQ/{self.amqp.broker_version_text} (stomp-bridge/{__version__})"
-        self.counters.frames_out["CONNECTED"] += 1
-        connected = Frame("CONNECTED", out)
-        if self._debug:
-            log_frame(log, "out", self.peer_name, "CONNECTED", out, b"")
-        self._write(serialize(connected, version, self._eol))
+        self.heartbeat = heartbeat
 
     def _on_amqp_closed(self, error: StompError) -> None:
         if not self.closed:
