@@ -25,6 +25,7 @@ from stomp_bridge.protocol.integers import NONE, SPACES, parse_int
 MESSAGE_ID_SEPARATOR = "@@"
 INTERNAL_TAG_PREFIX = "T_"  # consumer tag of a subscription with an id (and of reply queues)
 QUEUE_TAG_PREFIX = "Q_"  # consumer tag of a subscription without an id: "Q_" + destination
+_TAG_PREFIX_LENGTH = len(INTERNAL_TAG_PREFIX)  # both prefixes: see tag_name
 TEMP_QUEUE_ID_PREFIX = "/temp-queue/"
 
 # HEADERS_NOT_ON_SEND
@@ -222,7 +223,7 @@ def message_headers(
     ``destination``), the first one wins, as a STOMP client reads it.
     """
     if consumer_tag.startswith(INTERNAL_TAG_PREFIX):
-        out = {"subscription": consumer_tag[len(INTERNAL_TAG_PREFIX):]}
+        out = {"subscription": consumer_tag[_TAG_PREFIX_LENGTH:]}  # tag_name, inlined: per delivery
     else:
         out = {}
     message_id = f"{consumer_tag}@@{session_id}@@{delivery_tag}"
@@ -334,20 +335,31 @@ def unsubscribe_consumer_tag(headers: Mapping[str, str]) -> str:
     return QUEUE_TAG_PREFIX + destination
 
 
+def tag_name(consumer_tag: str) -> str:
+    """The subscription id (``T_<id>``) or destination (``Q_<destination>``) a consumer tag
+    carries: the tag without its prefix, both prefixes being two characters long."""
+    return consumer_tag[_TAG_PREFIX_LENGTH:]
+
+
+def has_subscription_id(consumer_tag: str) -> bool:
+    """A ``T_`` tag: the SUBSCRIBE had an ``id``, so its MESSAGEs carry ``subscription``."""
+    return consumer_tag.startswith(INTERNAL_TAG_PREFIX)
+
+
 def subscription_id(consumer_tag: str) -> str:
     """What a ``T_<id>`` tag's MESSAGEs and ERRORs show as ``subscription``; a ``Q_`` tag (no
     ``id`` on SUBSCRIBE) shows as ``Unknown[<destination>]`` in an ERROR (``tag_to_id/1``)."""
-    if consumer_tag.startswith(INTERNAL_TAG_PREFIX):
-        return consumer_tag[len(INTERNAL_TAG_PREFIX):]
-    return f"Unknown[{consumer_tag[len(QUEUE_TAG_PREFIX):]}]"
+    if has_subscription_id(consumer_tag):
+        return tag_name(consumer_tag)
+    return f"Unknown[{tag_name(consumer_tag)}]"
 
 
 def describe_subscription(consumer_tag: str) -> str:
     """The plugin's description of a subscription in ERROR texts: ``id='<id>'``, or
     ``destination='<destination>'`` when SUBSCRIBE had no ``id`` (``consumer_tag/1``)."""
-    if consumer_tag.startswith(INTERNAL_TAG_PREFIX):
-        return f"id='{consumer_tag[len(INTERNAL_TAG_PREFIX):]}'"
-    return f"destination='{consumer_tag[len(QUEUE_TAG_PREFIX):]}'"
+    if has_subscription_id(consumer_tag):
+        return f"id='{tag_name(consumer_tag)}'"
+    return f"destination='{tag_name(consumer_tag)}'"
 
 
 def prefetch_count(headers: Mapping[str, str]) -> int:

@@ -211,7 +211,7 @@ async def browse(session: SessionView, frame: Frame, tag: str, destination: dest
         for delivery_tag in taken:
             amqp.nack(delivery_tag, False, True)
         await session.flush()
-    end = {"subscription": hdr.subscription_id(tag)} if tag.startswith(hdr.INTERNAL_TAG_PREFIX) else {}
+    end = {"subscription": hdr.subscription_id(tag)} if hdr.has_subscription_id(tag) else {}
     end["destination"] = destination.header
     end["message-id"] = f"{tag}@@{session.session_id}@@browse-end"
     end["browser"] = "end"

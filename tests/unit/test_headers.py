@@ -401,3 +401,16 @@ def test_consumer_tags():
 def test_session_id_format():
     assert new_session_id(b"\x00" * 16) == "session-AAAAAAAAAAAAAAAAAAAAAA"
     assert len(new_session_id()) == len("session-") + 22
+
+
+def test_tag_name_cuts_either_prefix():
+    """Both prefixes have the length tag_name cuts; a longer one would leak into ids."""
+    from stomp_bridge.protocol.headers import (
+        INTERNAL_TAG_PREFIX, QUEUE_TAG_PREFIX, has_subscription_id, subscribe_consumer_tag, tag_name,
+    )
+
+    assert len(INTERNAL_TAG_PREFIX) == len(QUEUE_TAG_PREFIX)
+    with_id = subscribe_consumer_tag({"id": "s-1", "destination": "/queue/a"})
+    without = subscribe_consumer_tag({"destination": "/queue/a"})
+    assert (tag_name(with_id), has_subscription_id(with_id)) == ("s-1", True)
+    assert (tag_name(without), has_subscription_id(without)) == ("/queue/a", False)
