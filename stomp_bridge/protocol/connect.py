@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 
 from stomp_bridge.protocol.errors import ProtocolError
+from stomp_bridge.protocol.integers import parse_int
 
 SUPPORTED_VERSIONS = ("1.0", "1.1", "1.2")
 
@@ -30,13 +31,13 @@ def heartbeat_seconds(ms: int) -> int:
 
 
 def parse_heartbeat(value: str) -> tuple[int, int]:
-    try:
-        cx, cy = (int(part.strip()) for part in value.split(","))
-    except ValueError:
+    numbers = [parse_int(part, lenient=True) for part in value.split(",")]
+    if len(numbers) != 2 or None in numbers:
         raise ProtocolError(
             "Invalid heart-beat header",
             f"heart-beat must be two comma-separated integers (milliseconds), got {value!r}",
-        ) from None
+        )
+    cx, cy = numbers
     if cx < 0 or cy < 0:
         raise ProtocolError("Invalid heart-beat header", f"negative heart-beat value in {value!r}")
     return cx, cy

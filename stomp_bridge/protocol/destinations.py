@@ -32,7 +32,6 @@ AMQ_QUEUE = "amq/queue"
 TOPIC = "topic"
 TEMP_QUEUE = "temp-queue"
 REPLY_QUEUE = "reply-queue"
-KINDS = (EXCHANGE, QUEUE, AMQ_QUEUE, TOPIC, TEMP_QUEUE, REPLY_QUEUE)
 
 # The Erlang atoms the plugin prints (with ~p) in "is not a valid ~p destination".
 _TYPE_ATOM = {

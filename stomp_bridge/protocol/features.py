@@ -10,12 +10,12 @@ here). Sources: the Apollo STOMP manual and the Artemis STOMP chapter
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Mapping
 from dataclasses import replace
 
 from stomp_bridge.protocol import destinations as dest
 from stomp_bridge.protocol.errors import FrameRejected, InvalidDestination
+from stomp_bridge.protocol.integers import ANY, parse_int
 
 # -- composite destinations (Apollo: "destination:/queue/a,/queue/b,/topic/c") ---------------
 
@@ -151,19 +151,16 @@ def check_selector_destination(destination: dest.Destination) -> None:
 
 # -- message expiration (Apollo "expires", "ttl") -----------------------------------------------
 
-_INT = re.compile(r"[0-9]+").fullmatch
-
-
 def _millis(headers: Mapping[str, str], name: str) -> int | None:
     value = headers.get(name)
     if value is None:
         return None
-    text = value.strip()
-    if _INT(text) is None:
+    number = parse_int(value, blanks=ANY, signed=False)
+    if number is None:
         raise FrameRejected(
             "Invalid header", f"'{name}' must be a whole number of milliseconds, not {value!r}\n"
         )
-    return int(text)
+    return number
 
 
 def expiration(headers: Mapping[str, str], now_ms: int) -> tuple[str | None, int | None]:
@@ -223,10 +220,10 @@ TRANSLATED_SUBSCRIBE_HEADERS = ("credit", "consumer-window-size", "activemq.pref
 
 def _integer_header(headers: Mapping[str, str], name: str) -> int:
     value = headers[name]
-    try:
-        return int(value.strip())
-    except ValueError:
-        raise FrameRejected("Invalid header", f"'{name}' must be an integer, not {value!r}\n") from None
+    number = parse_int(value, lenient=True)  # int()'s syntax, as these headers always took
+    if number is None:
+        raise FrameRejected("Invalid header", f"'{name}' must be an integer, not {value!r}\n")
+    return number
 
 
 def translate_subscribe_headers(headers: dict[str, str]) -> dict[str, str]:

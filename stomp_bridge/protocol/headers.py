@@ -12,19 +12,20 @@ names (``message_type`` for AMQP ``type``); headers tables are plain dicts.
 
 from __future__ import annotations
 
-import re
 import secrets
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
 from stomp_bridge.protocol.destinations import DEST_PREFIXES, REPLY_QUEUE_PREFIX, base64url, message_destination, processing_error
 from stomp_bridge.protocol.errors import FrameRejected
+from stomp_bridge.protocol.integers import NONE, SPACES, parse_int
 
 # -- names (rabbit_stomp_headers.hrl) ----------------------------------------------------
 
 MESSAGE_ID_SEPARATOR = "@@"
 INTERNAL_TAG_PREFIX = "T_"  # consumer tag of a subscription with an id (and of reply queues)
 QUEUE_TAG_PREFIX = "Q_"  # consumer tag of a subscription without an id: "Q_" + destination
+_TAG_PREFIX_LENGTH = len(INTERNAL_TAG_PREFIX)  # both prefixes: see tag_name
 TEMP_QUEUE_ID_PREFIX = "/temp-queue/"
 
 # HEADERS_NOT_ON_SEND
@@ -71,16 +72,15 @@ NOT_USER_HEADERS = frozenset(
 )
 
 _QUEUE_ARGUMENT_NAMES = frozenset(QUEUE_ARGUMENTS)
-_INT = re.compile(r"[+-]?[0-9]+").fullmatch
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
 def _integer(name: str, value: str) -> int:
     # list_to_integer(string:strip(V)): spaces only (3.10 to 4.3.6; verified on 4.3.6)
-    text = value.strip(" ")
-    if _INT(text) is None:
+    number = parse_int(value, blanks=SPACES)
+    if number is None:
         raise processing_error(f"header {name!r}: {value!r} is not an integer")
-    return int(text)
+    return number
 
 
 def queue_arguments(headers: Mapping[str, str], names: frozenset[str] | None = None) -> dict[str, Any]:
@@ -223,7 +223,7 @@ def message_headers(
     ``destination``), the first one wins, as a STOMP client reads it.
     """
     if consumer_tag.startswith(INTERNAL_TAG_PREFIX):
-        out = {"subscription": consumer_tag[len(INTERNAL_TAG_PREFIX):]}
+        out = {"subscription": consumer_tag[_TAG_PREFIX_LENGTH:]}  # tag_name, inlined: per delivery
     else:
         out = {}
     message_id = f"{consumer_tag}@@{session_id}@@{delivery_tag}"
@@ -269,10 +269,6 @@ def new_session_id(random: bytes | None = None) -> str:
     return "session-" + base64url(secrets.token_bytes(16) if random is None else random)
 
 
-def make_message_id(consumer_tag: str, session_id: str, delivery_tag: int) -> str:
-    return f"{consumer_tag}{MESSAGE_ID_SEPARATOR}{session_id}{MESSAGE_ID_SEPARATOR}{delivery_tag}"
-
-
 def ack_header_name(version: str) -> str:
     """The header ACK/NACK must carry: ``id`` in 1.2 (the MESSAGE's ``ack``), else ``message-id``."""
     return "id" if version == "1.2" else "message-id"
@@ -290,9 +286,10 @@ def parse_message_id(value: str, command: str = "ACK", header: str = "id") -> tu
         raise FrameRejected(
             "Invalid header", f'"{command}" must include a valid "{header}" header\n')
     tag = parts[2]
-    if _INT(tag) is None:
+    delivery_tag = parse_int(tag)  # binary_to_integer/1: no blanks
+    if delivery_tag is None:
         raise processing_error(f"delivery tag {tag!r} is not an integer")
-    return parts[0], parts[1], int(tag)
+    return parts[0], parts[1], delivery_tag
 
 
 def ack_mode(headers: Mapping[str, str]) -> tuple[str, bool]:
@@ -338,20 +335,31 @@ def unsubscribe_consumer_tag(headers: Mapping[str, str]) -> str:
     return QUEUE_TAG_PREFIX + destination
 
 
+def tag_name(consumer_tag: str) -> str:
+    """The subscription id (``T_<id>``) or destination (``Q_<destination>``) a consumer tag
+    carries: the tag without its prefix, both prefixes being two characters long."""
+    return consumer_tag[_TAG_PREFIX_LENGTH:]
+
+
+def has_subscription_id(consumer_tag: str) -> bool:
+    """A ``T_`` tag: the SUBSCRIBE had an ``id``, so its MESSAGEs carry ``subscription``."""
+    return consumer_tag.startswith(INTERNAL_TAG_PREFIX)
+
+
 def subscription_id(consumer_tag: str) -> str:
     """What a ``T_<id>`` tag's MESSAGEs and ERRORs show as ``subscription``; a ``Q_`` tag (no
     ``id`` on SUBSCRIBE) shows as ``Unknown[<destination>]`` in an ERROR (``tag_to_id/1``)."""
-    if consumer_tag.startswith(INTERNAL_TAG_PREFIX):
-        return consumer_tag[len(INTERNAL_TAG_PREFIX):]
-    return f"Unknown[{consumer_tag[len(QUEUE_TAG_PREFIX):]}]"
+    if has_subscription_id(consumer_tag):
+        return tag_name(consumer_tag)
+    return f"Unknown[{tag_name(consumer_tag)}]"
 
 
 def describe_subscription(consumer_tag: str) -> str:
     """The plugin's description of a subscription in ERROR texts: ``id='<id>'``, or
     ``destination='<destination>'`` when SUBSCRIBE had no ``id`` (``consumer_tag/1``)."""
-    if consumer_tag.startswith(INTERNAL_TAG_PREFIX):
-        return f"id='{consumer_tag[len(INTERNAL_TAG_PREFIX):]}'"
-    return f"destination='{consumer_tag[len(QUEUE_TAG_PREFIX):]}'"
+    if has_subscription_id(consumer_tag):
+        return f"id='{tag_name(consumer_tag)}'"
+    return f"destination='{tag_name(consumer_tag)}'"
 
 
 def prefetch_count(headers: Mapping[str, str]) -> int:
@@ -391,9 +399,9 @@ def consume_arguments(headers: Mapping[str, str]) -> dict[str, Any]:
         if offset in ("first", "last", "next"):
             args["x-stream-offset"] = offset
         elif offset.startswith("offset="):
-            args["x-stream-offset"] = _binary_to_integer("x-stream-offset", offset[7:])
+            args["x-stream-offset"] = _stream_offset_integer(offset[7:])
         elif offset.startswith("timestamp="):
-            seconds = _binary_to_integer("x-stream-offset", offset[10:])
+            seconds = _stream_offset_integer(offset[10:])
             try:
                 args["x-stream-offset"] = datetime.fromtimestamp(seconds, tz=timezone.utc)
             except (OverflowError, OSError, ValueError):
@@ -413,8 +421,9 @@ def consume_arguments(headers: Mapping[str, str]) -> dict[str, Any]:
     return args
 
 
-def _binary_to_integer(name: str, text: str) -> int:
+def _stream_offset_integer(text: str) -> int:
     # binary_to_integer/1: no blanks allowed, unlike list_to_integer(string:strip(...))
-    if _INT(text) is None:
-        raise processing_error(f"header {name!r}: {text!r} is not an integer")
-    return int(text)
+    number = parse_int(text, blanks=NONE)
+    if number is None:
+        raise processing_error(f"header 'x-stream-offset': {text!r} is not an integer")
+    return number

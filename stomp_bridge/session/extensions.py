@@ -4,7 +4,8 @@ The session calls in here only when a frame uses an extension (a header or a
 destination form the plugin does not know), so a client that uses none of
 them runs exactly the plugin-compatible code. The rules themselves are pure
 (``protocol/features.py``, ``protocol/selectors.py``); this module applies
-them with the session's AMQP channel. Nothing is stored in the bridge: a
+them with the session's AMQP channel, reached through the small public
+interface :class:`~.view.SessionView`. Nothing is stored in the bridge: a
 selector drops what does not match by acknowledging it, a browse hands
 messages back to RabbitMQ, durable subscriptions are RabbitMQ queues.
 """
@@ -13,23 +14,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from stomp_bridge.protocol import destinations as dest
 from stomp_bridge.protocol import features
 from stomp_bridge.protocol import headers as hdr
-from stomp_bridge.protocol.errors import AccessRefused, FrameRejected
+from stomp_bridge.protocol.errors import FrameRejected
 from stomp_bridge.protocol.frames import Frame
 from stomp_bridge.protocol.selectors import compile_selector
-
-if TYPE_CHECKING:
-    from stomp_bridge.session.session import Session, Subscription
-    from stomp_bridge.settings import Settings
-
-COMPOSITE_TAG_SEPARATOR = "@@part"  # "@@" never appears in a usable subscription id (message-id)
+from stomp_bridge.session.subscriptions import Subscription
+from stomp_bridge.session.view import SessionView
 
 
-def destinations(session: Session, frame: Frame) -> list[dest.Destination]:
+def destinations(session: SessionView, frame: Frame) -> list[dest.Destination]:
     """A destination the plugin's parser refused: ``/dsub/<name>`` or a composite; otherwise
     the plugin's own error."""
     value = frame.headers["destination"]
@@ -38,27 +35,6 @@ def destinations(session: Session, frame: Frame) -> list[dest.Destination]:
         dest.parse_destination(value)  # raises the plugin's InvalidDestination
         raise AssertionError("unreachable: the destination parsed the second time")
     return found
-
-
-# -- CONNECT and errors ----------------------------------------------------------------------
-
-
-def vhost_for(settings: Settings, host: str) -> str:
-    """``host_vhosts``: clients such as stompman always send ``host:<server host name>``, which
-    the plugin takes for a vhost name; the map names the vhost instead."""
-    mapped = settings.host_vhosts
-    return mapped.get(host, host) if mapped else host
-
-
-def falls_back(settings: Settings, vhost: str, error: AccessRefused) -> bool:
-    """``unknown_host_default_vhost`` (opt-in): a host that is not in ``host_vhosts`` and that
-    RabbitMQ refused as a vhost logs in to ``default_vhost`` instead."""
-    return (
-        settings.unknown_host_default_vhost
-        and vhost != settings.default_vhost
-        and vhost not in settings.host_vhosts.values()
-        and error.detail.startswith("Virtual host")
-    )
 
 
 # -- SEND ------------------------------------------------------------------------------------
@@ -84,12 +60,12 @@ def set_expiration(props: dict[str, Any], headers: dict[str, str]) -> bool:
     return True
 
 
-async def retain(session: Session, target: dest.SendTarget, props: dict[str, Any], body: bytes,
+async def retain(session: SessionView, target: dest.SendTarget, props: dict[str, Any], body: bytes,
                  action: str) -> None:
     """Apollo retained messages, kept in RabbitMQ: one ``x-max-length: 1`` queue per topic holds
     the last ``retain:set`` message; ``retain:remove`` deletes it. The message itself is also
     published to the topic as usual."""
-    amqp = session._amqp()
+    amqp = session.channel()
     queue = features.retained_queue(target.exchange, target.routing_key)
     if action == "remove":
         await amqp.delete_queue(queue)
@@ -98,17 +74,17 @@ async def retain(session: Session, target: dest.SendTarget, props: dict[str, Any
     session.ledger.published(amqp.publish("", queue, props, body))
 
 
-async def copy_retained(session: Session, queue: str, binding: tuple[str, str]) -> None:
+async def copy_retained(session: SessionView, queue: str, binding: tuple[str, str]) -> None:
     """A new topic subscription gets the topic's retained message first: a copy is published into
     its own queue before the queue is bound (read on a side channel that hands it back)."""
-    amqp = session._amqp()
+    amqp = session.channel()
     found = await amqp.peek(features.retained_queue(*binding))
     if found is not None:
         props, body = found
         session.ledger.published(amqp.publish("", queue, props, body))
 
 
-def temp_topic_reply_to(session: Session, reply_to: str) -> str | None:
+def temp_topic_reply_to(session: SessionView, reply_to: str) -> str | None:
     return features.temp_topic_reply_to(reply_to, session.session_id)
 
 
@@ -121,7 +97,7 @@ def subscribe_headers(headers: dict[str, str]) -> dict[str, str]:
 
 
 def delivery_filter(
-    session: Session, headers: dict[str, str], targets: list[dest.Destination]
+    session: SessionView, headers: dict[str, str], targets: list[dest.Destination]
 ) -> Callable[[dict[str, str]], bool] | None:
     """The per-delivery hook of a SUBSCRIBE, decided once here: None (the usual case) unless it
     has a ``selector`` or ``include-seq``, or ``redeliveries_header`` is set.
@@ -158,7 +134,7 @@ def delivery_filter(
 
 
 def adjust_plan(
-    session: Session, plan: dest.SubscribePlan, destination: dest.Destination, headers: dict[str, str]
+    session: SessionView, plan: dest.SubscribePlan, destination: dest.Destination, headers: dict[str, str]
 ) -> dest.SubscribePlan:
     """Artemis durable subscription names and Apollo exclusive subscriptions change the queue."""
     if features.durable_subscription_name(headers) is not None:
@@ -168,11 +144,11 @@ def adjust_plan(
     return plan
 
 
-def queue_to_delete(session: Session, headers: dict[str, str]) -> str | None:
+def queue_to_delete(session: SessionView, headers: dict[str, str]) -> str | None:
     return features.artemis_queue_to_delete(headers, session.client_id)
 
 
-async def delete_durable_subscription(session: Session, headers: dict[str, str]) -> bool:
+async def delete_durable_subscription(session: SessionView, headers: dict[str, str]) -> bool:
     """UNSUBSCRIBE with ``client-id`` and a durable subscription name but no live subscription:
     Artemis deletes the durable subscription all the same (its queue, here)."""
     if features.durable_subscription_name(headers) is None or not session.client_id:
@@ -180,11 +156,11 @@ async def delete_durable_subscription(session: Session, headers: dict[str, str])
     queue = features.artemis_queue_to_delete(headers, session.client_id)
     if queue is None:
         return False
-    await session._amqp().delete_queue(queue)
+    await session.channel().delete_queue(queue)
     return True
 
 
-def drop(session: Session, sub: Subscription, delivery_tag: int) -> None:
+def drop(session: SessionView, sub: Subscription, delivery_tag: int) -> None:
     """A delivery the subscription's selector refused: acknowledged, so RabbitMQ forgets it (the
     queue is the subscription's own) and the prefetch window moves on."""
     amqp = session.amqp
@@ -193,44 +169,7 @@ def drop(session: Session, sub: Subscription, delivery_tag: int) -> None:
         amqp.flush_nowait()
 
 
-async def subscribe_composite(
-    session: Session, frame: Frame, sub: Subscription, targets: list[dest.Destination],
-    prefetch: int, arguments: dict[str, Any],
-) -> None:
-    """One STOMP subscription fed by one AMQP consumer per part of a composite destination.
-
-    The extra consumers' tags map to the same :class:`Subscription`, so every
-    MESSAGE carries the subscription's own id and ACKs work unchanged.
-    """
-    amqp = session._amqp()
-    headers = frame.headers
-    plans = [session._subscribe_plan(target, headers) for target in targets]  # refusals before I/O
-    session.subscriptions[sub.consumer_tag] = sub
-    extra: list[str] = []
-    try:
-        for index, plan in enumerate(plans):
-            queue = plan.queue
-            if plan.declare is not None:
-                queue = await session._declare(plan.declare)
-            if index == 0:
-                tag = sub.consumer_tag
-                sub.queue = queue
-            else:
-                tag = f"{sub.consumer_tag}{COMPOSITE_TAG_SEPARATOR}{index}"
-                extra.append(tag)
-                session.subscriptions[tag] = sub
-                sub.extra_tags = tuple(extra)
-            await amqp.consume(queue, tag, no_ack=not sub.ack, prefetch=prefetch, arguments=arguments)
-            if plan.binding is not None:
-                await amqp.bind(queue, *plan.binding)
-    except BaseException:
-        session.subscriptions.pop(sub.consumer_tag, None)
-        for tag in extra:
-            session.subscriptions.pop(tag, None)
-        raise
-
-
-async def browse(session: Session, frame: Frame, tag: str, destination: dest.Destination) -> None:
+async def browse(session: SessionView, frame: Frame, tag: str, destination: dest.Destination) -> None:
     """Apollo's ``browser:true`` on a classic or quorum queue.
 
     RabbitMQ has no non-destructive read of a queue, so the bridge takes each
@@ -252,10 +191,8 @@ async def browse(session: Session, frame: Frame, tag: str, destination: dest.Des
     queue = features.browse_queue(destination)
     text = headers.get("selector")
     match = compile_selector(text) if text is not None else None  # browsing takes nothing
-    from stomp_bridge.session.session import Subscription  # the session module imports this one
-
     session.subscriptions[tag] = Subscription(tag, destination, queue, ack=False, multiple=False, consuming=False)
-    amqp = session._amqp()
+    amqp = session.channel()
     taken: list[int] = []
     try:
         while not session.closed:
@@ -268,21 +205,14 @@ async def browse(session: Session, frame: Frame, tag: str, destination: dest.Des
                 tag, session.session_id, delivery_tag, exchange, routing_key, redelivered, properties
             )
             if match is None or match(out):
-                _write_message(session, out, body)
-                if session._wait_writable is not None:
-                    await session._wait_writable()
+                session.deliver(out, body)
+                await session.writable()
     finally:
         for delivery_tag in taken:
             amqp.nack(delivery_tag, False, True)
         await session.flush()
-    end = {"subscription": hdr.subscription_id(tag)} if tag.startswith(hdr.INTERNAL_TAG_PREFIX) else {}
+    end = {"subscription": hdr.subscription_id(tag)} if hdr.has_subscription_id(tag) else {}
     end["destination"] = destination.header
     end["message-id"] = f"{tag}@@{session.session_id}@@browse-end"
     end["browser"] = "end"
-    _write_message(session, end, b"")
-
-
-def _write_message(session: Session, headers: dict[str, str], body: bytes) -> None:
-    session.counters.messages_delivered += 1
-    session.counters.frames_out["MESSAGE"] += 1
-    session._write(session._encode(Frame("MESSAGE", headers, body)))
+    session.deliver(end, b"")

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from stomp_bridge import __version__
@@ -26,15 +24,13 @@ from stomp_bridge.amqp.channel import AmqpSession, broker_error
 from stomp_bridge.amqp.endpoints import Endpoints
 from stomp_bridge.logs import log_frame
 from stomp_bridge.metrics import Counters
+from stomp_bridge.session import login
+from stomp_bridge.session.acks import Unacked, ack_target
 from stomp_bridge.session.receipts import ReceiptLedger
+from stomp_bridge.session.subscriptions import Subscription, part_tag, window_tag
+from stomp_bridge.session.transactions import Transactions, transaction_id
 from stomp_bridge.protocol import destinations as dest
-from stomp_bridge.protocol.connect import (
-    SUPPORTED_VERSIONS,
-    heartbeat_seconds,
-    is_loopback,
-    negotiate_version,
-    parse_heartbeat,
-)
+from stomp_bridge.protocol.connect import SUPPORTED_VERSIONS, negotiate_version
 from stomp_bridge.protocol import features
 from stomp_bridge.protocol import headers as hdr
 from stomp_bridge.protocol.errors import (
@@ -44,7 +40,7 @@ from stomp_bridge.protocol.frames import END, END_LF, Frame, receipt_frame, seri
 from stomp_bridge.protocol.parser import FrameParser, Limits
 
 if TYPE_CHECKING:
-    from stomp_bridge.swaptacular.certlogin import ConnectSecurity
+    from stomp_bridge.swaptacular.certlogin import AmqpLogin, ConnectSecurity
     from stomp_bridge.settings import Settings
     from stomp_bridge.swaptacular.profile import PeerPolicy
     from stomp_bridge.session.throttle import LoginThrottle
@@ -52,34 +48,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-WINDOW_TAG_SEPARATOR = "@@window"  # "@@" never appears in a usable subscription id (message-id)
-
-@dataclass(slots=True)
-class Subscription:
-    consumer_tag: str  # T_<id>, Q_<destination>, or T_/temp-queue/<id> (plugin naming)
-    destination: dest.Destination | None  # None for the automatic temp-queue subscription
-    queue: str
-    ack: bool  # the client acknowledges (ack:client or client-individual)
-    multiple: bool  # ack:client: an ACK settles every earlier delivery too
-    # Extensions (extensions.py); the defaults cost nothing on the delivery path.
-    # ``filter`` sees (and may add to) each MESSAGE's headers; False drops the delivery.
-    filter: Callable[[dict[str, str]], bool] | None = None
-    extra_tags: tuple[str, ...] = ()  # more consumers: a composite SUBSCRIBE's, or a window's
-    consuming: bool = True  # False for a finished classic-queue browse
-    unacked: int = 0  # deliveries the client has not settled yet (ack subscriptions)
-    # ack:client/client-individual without prefetch-count: consumed in windows of
-    # client_ack_window deliveries, one consumer more on the queue each time the client holds
-    # all the windows and keeps reading (0: not windowed). See _add_window.
-    window: int = 0
-    growing: bool = False
-    arguments: dict[str, Any] | None = None  # the consume arguments, for more windows
-    # MESSAGEs that arrived before the SUBSCRIBE's RECEIPT went out (None: none held); the
-    # plugin answers SUBSCRIBE before it handles any delivery, and clients wait for the RECEIPT.
-    held: list[bytes] | None = None
-
-
 class Session:
-    """State of one STOMP connection; the transport feeds it frames."""
+    """State of one STOMP connection; the transport feeds it frames.
+
+    Its public methods and attributes (:class:`~.view.SessionView`) are what the
+    extensions use; the underscore ones are its own.
+    """
 
     def __init__(
         self,
@@ -136,10 +110,10 @@ class Session:
         self.closed = False
         self.heartbeat: tuple[int, int] = (0, 0)  # (server sends every, server expects every) ms
         self.subscriptions: dict[str, Subscription] = {}  # by consumer tag
-        self.unacked: dict[int, Subscription] = {}  # delivery tag -> subscription, in order
+        self.unacked = Unacked()  # what the client has to ACK, by delivery tag, in order
         self.declared_queues: set[str] = set()
         self.reply_queues: dict[str, str] = {}  # /temp-queue/<id> -> queue name
-        self.transactions: dict[str, list[Frame]] = {}
+        self.transactions = Transactions(settings.max_transactions, settings.max_transaction_actions)
         self.client_id: str | None = None  # Artemis durable subscriptions
         # Exclusive queues belong to the AMQP connection, which other sessions may share:
         # close() deletes them, so they end with this STOMP connection as under the plugin.
@@ -263,55 +237,49 @@ class Session:
     # -- CONNECT ------------------------------------------------------------------
 
     async def _on_connect(self, frame: Frame, *, implicit: bool) -> None:
+        """Log in (the decisions are login.py's), open the AMQP session, answer CONNECTED."""
         if self.amqp is not None:
             raise ProtocolError("Bad CONNECT", "Already connected: CONNECT may be sent once")
-        s = self.settings
         version = negotiate_version(frame.headers.get("accept-version"))
-        headers = frame.headers
-        if version == "1.0":
-            headers = {k: v.lstrip() for k, v in headers.items()}
+        headers = login.connect_headers(frame.headers, version)
         cert_login, self.policy = (
             await self.security.resolve(self.peer_cert, headers, version)
             if self.security is not None else (None, None)
         )
-        login = headers.get("login")
-        if cert_login is not None:
-            login, passcode = cert_login.user, cert_login.password
-        elif self._credentials is not None:
-            login, passcode = self._credentials
-            if login is None:
-                raise AccessRefused(
-                    "Bad CONNECT",
-                    "No HTTP Basic credentials on the WebSocket upgrade request (the bridge's "
-                    "ws_use_http_auth) and no default_user configured on the bridge",
-                )
-        elif login is None:
-            login, passcode = s.default_user, s.default_pass
-            if login is None:
-                raise AccessRefused(
-                    "Bad CONNECT",
-                    "No login header and no default_user configured on the bridge",
-                )
-        else:
-            passcode = headers.get("passcode", s.default_pass or "")
-        if self.policy is not None:  # Swaptacular: host names the peer, the vhost is configured
-            vhost = self.policy.vhost
-        else:
-            vhost = ext.vhost_for(s, headers.get("host", s.default_vhost))
-        cx, cy = parse_heartbeat(headers.get("heart-beat", "0,0"))
-        if login in s.loopback_users and not is_loopback(self.peer):
-            raise AccessRefused("Bad CONNECT", "non-loopback access denied")
+        request = login.login_request(
+            self.settings, headers, peer=self.peer, cert_login=cert_login, transport=self._credentials,
+            policy=self.policy,
+        )
+        amqp, vhost = await self._open_amqp(request, cert_login)
+        self._start(amqp, request.user, vhost, version, request.heartbeat)
+        self.client_id = headers.get("client-id")
+        heart_beat = f"{request.heartbeat[0]},{request.heartbeat[1]}"
+        log.info(
+            "client connected",
+            extra={"peer": self.peer_name, "user": request.user, "vhost": vhost, "version": version,
+                   "heart_beat": heart_beat, "implicit": implicit},
+        )
+        if implicit:
+            return  # the plugin sends no CONNECTED for an implicit connect
+        server = None if self.settings.hide_server_info else login.server_header(amqp.broker_version_text, __version__)
+        out = login.connected_headers(self.session_id, self.heartbeat, version, server)
+        self.counters.frames_out["CONNECTED"] += 1
+        connected = Frame("CONNECTED", out)
+        if self._debug:
+            log_frame(log, "out", self.peer_name, "CONNECTED", out, b"")
+        self._write(serialize(connected, version, self._eol))
+
+    async def _open_amqp(self, request: login.LoginRequest, cert_login: AmqpLogin | None) -> tuple[AmqpSession, str]:
+        """The AMQP session for ``request`` and the vhost it got, through the login throttle:
+        a refusal counts as a failed login, no answer (or a cancel) as none."""
+        s = self.settings
+        user, passcode, vhost = request.user, request.passcode, request.vhost
         throttle = self.throttle
-        if throttle is not None and (wait := throttle.retry_after(self.peer, login)) > 0:
+        if throttle is not None and (wait := throttle.retry_after(self.peer, user)) > 0:
             self.counters.logins_throttled += 1
-            raise AccessRefused(
-                "Bad CONNECT",
-                f"Access refused for user '{login}': {throttle.limit} failed logins from "
-                f"{self.peer} within {throttle.window:g} s; try again in {math.ceil(wait)} s",
-                private="login_failures_per_minute",
-            )
+            raise login.throttled(throttle, self.peer, user, wait)
         if throttle is not None:
-            throttle.begin(self.peer, login)
+            throttle.begin(self.peer, user)
         try:
             # amqps://: verify RabbitMQ; EXTERNAL: also the certificate signed for this user
             tls_login = {
@@ -323,38 +291,42 @@ class Session:
             try:
                 amqp = await AmqpSession.open(
                     self.endpoints,
-                    login,
-                    passcode or "",
+                    user,
+                    passcode,
                     vhost,
-                    client_name=f"stomp-bridge {self.peer_name} ({login})",
+                    client_name=f"stomp-bridge {self.peer_name} ({user})",
                     heartbeat=s.amqp_heartbeat,
                     timeout=s.amqp_connect_timeout,
                     **tls_login,
                 )
             except AccessRefused as exc:
-                if not ext.falls_back(s, vhost, exc):
+                if not login.falls_back(s, vhost, exc):
                     raise
                 vhost = s.default_vhost  # opt-in: an unknown host goes to the default vhost
                 amqp = await AmqpSession.open(
-                    self.endpoints, login, passcode or "", vhost,
-                    client_name=f"stomp-bridge {self.peer_name} ({login})",
+                    self.endpoints, user, passcode, vhost,
+                    client_name=f"stomp-bridge {self.peer_name} ({user})",
                     heartbeat=s.amqp_heartbeat, timeout=s.amqp_connect_timeout, **tls_login,
                 )
         except AccessRefused:
             if throttle is not None:
-                throttle.failed(self.peer, login)
+                throttle.failed(self.peer, user)
             raise
         except BaseException as exc:  # RabbitMQ did not answer (or we were cancelled): no verdict
             if throttle is not None:
-                throttle.abandon(self.peer, login)
+                throttle.abandon(self.peer, user)
             if isinstance(exc, BrokerError):
                 self.counters.amqp_connection_failures += 1
             raise
         if throttle is not None:
-            throttle.succeeded(self.peer, login)
+            throttle.succeeded(self.peer, user)
+        return amqp, vhost
+
+    def _start(self, amqp: AmqpSession, user: str, vhost: str, version: str, heartbeat: tuple[int, int]) -> None:
+        """Logged in: wire the AMQP session's callbacks, lift the frame size limit."""
+        s = self.settings
         self.amqp = amqp
-        self.user, self.vhost = login, vhost
-        self.client_id = headers.get("client-id")
+        self.user, self.vhost = user, vhost
         self.amqp.on_delivery = self._on_delivery
         self.amqp.on_confirm = self._on_confirm
         self.amqp.on_closed = self._on_amqp_closed
@@ -372,28 +344,7 @@ class Session:
             max_header_length=s.max_header_length,
         )
         self.session_id = hdr.new_session_id()
-        send_s, recv_s = heartbeat_seconds(cy), heartbeat_seconds(cx)
-        self.heartbeat = (send_s * 1000, recv_s * 1000)
-        log.info(
-            "client connected",
-            extra={"peer": self.peer_name, "user": login, "vhost": vhost, "version": version,
-                   "heart_beat": f"{send_s * 1000},{recv_s * 1000}", "implicit": implicit},
-        )
-        if implicit:
-            return  # the plugin sends no CONNECTED for an implicit connect
-        out = {
-            "session": self.session_id,
-            "heart-beat": f"{send_s * 1000},{recv_s * 1000}",
-            "version": version,
-        }
-        if not s.hide_server_info:
-            # Clients match on "RabbitMQ/"; the comment (STOMP 1.2 grammar) names the bridge.
-            out["server"] = f"RabbitMQ/{self.amqp.broker_version_text} (stomp-bridge/{__version__})"
-        self.counters.frames_out["CONNECTED"] += 1
-        connected = Frame("CONNECTED", out)
-        if self._debug:
-            log_frame(log, "out", self.peer_name, "CONNECTED", out, b"")
-        self._write(serialize(connected, version, self._eol))
+        self.heartbeat = heartbeat
 
     def _on_amqp_closed(self, error: StompError) -> None:
         if not self.closed:
@@ -416,7 +367,7 @@ class Session:
     # -- SEND ---------------------------------------------------------------------
 
     async def _on_send(self, frame: Frame) -> None:
-        if not self._in_transaction(frame):
+        if not self.transactions.hold(frame):
             await self._send(frame)
             self._maybe_receipt(frame)
 
@@ -434,7 +385,7 @@ class Session:
 
     async def _send_to(self, frame: Frame, destination: dest.Destination) -> None:
         headers = frame.headers
-        amqp = self._amqp()
+        amqp = self.channel()
         target = dest.send_target(
             destination,
             headers,
@@ -468,7 +419,7 @@ class Session:
                 await ext.retain(self, target, props, frame.body, action)
 
     async def _declare(self, plan: dest.QueueDeclare) -> str:
-        name = await self._amqp().declare_queue(
+        name = await self.channel().declare_queue(
             plan.queue,
             durable=plan.durable,
             exclusive=plan.exclusive,
@@ -485,7 +436,7 @@ class Session:
         """/temp-queue/<id>: one server-named queue per id, auto-subscribed (plugin semantics)."""
         existing = self.reply_queues.get(temp_id)
         if existing is None:
-            amqp = self._amqp()
+            amqp = self.channel()
             existing = await self._declare(
                 dest.temp_queue_declare(self.settings.temp_queue_prefix, self.session_id, temp_id)
             )
@@ -520,7 +471,7 @@ class Session:
         mode, multiple = hdr.ack_mode(headers)
         # basic.qos carries 16 bits; the plugin's direct connection takes more, so the nearest.
         prefetch = min(hdr.prefetch_count(headers), 65535)
-        amqp = self._amqp()
+        self.channel()  # "Not connected" before a bad argument, as ever
         arguments = hdr.consume_arguments(headers)
         window = 0
         if mode != "auto" and prefetch == 0 and not any(k.startswith("x-stream-") for k in arguments):
@@ -530,36 +481,56 @@ class Session:
             self._maybe_receipt(frame)
             return
         hook = ext.delivery_filter(self, headers, composite or [destination])
-        if composite is not None:
-            sub = Subscription(tag, destination, "", ack=mode != "auto", multiple=multiple, filter=hook)
-            await ext.subscribe_composite(self, frame, sub, composite, prefetch, arguments)
-            self._maybe_receipt(frame)
-            return
-        plan = self._subscribe_plan(destination, headers)
-        queue = plan.queue
-        if plan.declare is not None:
-            queue = await self._declare(plan.declare)
-        if self.settings.retained_messages and destination.kind == dest.TOPIC and plan.binding is not None:
-            await ext.copy_retained(self, queue, plan.binding)
-        sub = Subscription(tag, destination, queue, ack=mode != "auto", multiple=multiple, filter=hook,
-                           window=window, arguments=arguments)
-        receipt = frame.headers.get("receipt")
+        targets = composite or [destination]
+        plans = [self._subscribe_plan(target, headers) for target in targets]  # refusals before I/O
+        sub = Subscription(tag, destination, "", ack=mode != "auto", multiple=multiple, filter=hook,
+                           window=window if composite is None else 0, arguments=arguments)
+        await self._subscribe(sub, list(zip(targets, plans)), prefetch, headers.get("receipt"))
+
+    async def _subscribe(
+        self, sub: Subscription, parts: list[tuple[dest.Destination, dest.SubscribePlan]], prefetch: int,
+        receipt: str | None,
+    ) -> None:
+        """SUBSCRIBE's one AMQP sequence, for a plain destination (one part) and for each part of
+        a composite one: declare the queue, copy a retained message, register the consumer tag,
+        consume, bind; on a failure every tag registered goes again. The parts after the first
+        get their own consumer tags mapped to the same subscription.
+
+        With a ``receipt``, MESSAGEs are held until the RECEIPT has gone out, as the plugin
+        answers SUBSCRIBE before it handles any delivery.
+        """
+        amqp = self.channel()
         if receipt is not None:
             sub.held = []
-        self.subscriptions[tag] = sub
+        registered: list[str] = []
         try:
-            await amqp.consume(queue, tag, no_ack=mode == "auto", prefetch=prefetch, arguments=arguments)
-            if plan.binding is not None:
-                await amqp.bind(queue, *plan.binding)
+            for index, (target, plan) in enumerate(parts):
+                queue = plan.queue
+                if plan.declare is not None:
+                    queue = await self._declare(plan.declare)
+                if self.settings.retained_messages and target.kind == dest.TOPIC and plan.binding is not None:
+                    await ext.copy_retained(self, queue, plan.binding)
+                tag = part_tag(sub.consumer_tag, index)
+                if index == 0:
+                    sub.queue = queue
+                else:
+                    sub.extra_tags = (*sub.extra_tags, tag)
+                self.subscriptions[tag] = sub
+                registered.append(tag)
+                await amqp.consume(queue, tag, no_ack=not sub.ack, prefetch=prefetch, arguments=sub.arguments)
+                if plan.binding is not None:
+                    await amqp.bind(queue, *plan.binding)
         except BrokerError as exc:
-            self.subscriptions.pop(tag, None)
-            if exc.message == "access_refused" and destination.kind == dest.TOPIC:
+            for tag in registered:
+                self.subscriptions.pop(tag, None)
+            if exc.message == "access_refused" and target.kind == dest.TOPIC:
                 # The plugin checks topic read permission itself and quotes the refusal
                 # without the reply code RabbitMQ's bind refusal starts with.
                 exc.detail = exc.detail.removeprefix("ACCESS_REFUSED - ")
             raise
         except BaseException:
-            self.subscriptions.pop(tag, None)
+            for tag in registered:
+                self.subscriptions.pop(tag, None)
             raise
         if receipt is not None:
             self._queue_receipt(receipt, then=lambda: self._release_held(sub))
@@ -575,7 +546,7 @@ class Session:
             headers,
             self.settings.default_topic_exchange,
             declare=destination.name not in self.declared_queues,
-            dialect=self._amqp().dialect,
+            dialect=self.channel().dialect,
         )
         return ext.adjust_plan(self, plan, destination, headers)
 
@@ -593,7 +564,7 @@ class Session:
                 "UNSUBSCRIBE must refer to an existing subscription.\n"
                 f"Subscription to {tp(hdr.describe_subscription(tag))} not found.\n",
             )
-        amqp = self._amqp()
+        amqp = self.channel()
         if sub.consuming:
             await amqp.cancel(tag)
         del self.subscriptions[tag]
@@ -651,9 +622,8 @@ class Session:
             ext.drop(self, sub, delivery_tag)
             return
         if sub.ack:
-            self.unacked[delivery_tag] = sub
-            sub.unacked += 1
-            if sub.window and not sub.growing and sub.unacked >= sub.window * (1 + len(sub.extra_tags)):
+            self.unacked.delivered(delivery_tag, sub)
+            if sub.window and not sub.growing and sub.window_full():
                 self._add_window(sub)
         self.counters.messages_delivered += 1
         self.counters.frames_out["MESSAGE"] += 1
@@ -682,14 +652,13 @@ class Session:
         stops reading gets none, and what it costs the bridge stays bounded.
         """
         try:
-            if self._wait_writable is not None:
-                await self._wait_writable()
+            await self.writable()
             if self.closed or self.subscriptions.get(sub.consumer_tag) is not sub:
                 return
-            if sub.unacked < sub.window * (1 + len(sub.extra_tags)):
+            if not sub.window_full():
                 return  # ACKs made room meanwhile
-            amqp = self._amqp()
-            tag = f"{sub.consumer_tag}{WINDOW_TAG_SEPARATOR}{len(sub.extra_tags) + 1}"
+            amqp = self.channel()
+            tag = window_tag(sub.consumer_tag, len(sub.extra_tags) + 1)
             self.subscriptions[tag] = sub
             sub.extra_tags = (*sub.extra_tags, tag)
             await amqp.consume(sub.queue, tag, no_ack=False, prefetch=sub.window, arguments=sub.arguments)
@@ -701,39 +670,22 @@ class Session:
     # -- ACK / NACK ---------------------------------------------------------------
 
     async def _on_ack(self, frame: Frame) -> None:
-        if not self._in_transaction(frame):
+        if not self.transactions.hold(frame):
             self._settle(frame, "ACK")
         self._maybe_receipt(frame)
 
     async def _on_nack(self, frame: Frame) -> None:
-        if not self._in_transaction(frame):
+        if not self.transactions.hold(frame):
             self._settle(frame, "NACK")
         self._maybe_receipt(frame)
 
     def _settle(self, frame: Frame, command: str) -> None:
-        header = hdr.ack_header_name(self.version)
-        value = frame.headers.get(header)
-        if value is None:
-            raise FrameRejected("Missing header", f'"{command}" must include the "{header}" header\n')
-        consumer_tag, session_id, delivery_tag = hdr.parse_message_id(value, command, header)
-        if session_id != self.session_id:
-            raise FrameRejected("Invalid header", f'"{command}" must include a valid "{header}" header\n')
+        consumer_tag, delivery_tag = ack_target(frame.headers, command, self.version, self.session_id)
         if consumer_tag not in self.subscriptions:
+            value = frame.headers[hdr.ack_header_name(self.version)]
             raise FrameRejected("Subscription not found", f"Message with id {tp(value)} has no subscription")
-        sub = self.unacked.get(delivery_tag)
-        if sub is None or sub.consumer_tag != consumer_tag:
-            # What RabbitMQ answers to an ack for a tag it never delivered.
-            raise BrokerError(
-                "precondition_failed", f"PRECONDITION_FAILED - unknown delivery tag {delivery_tag}"
-            )
-        multiple = sub.multiple
-        if multiple:
-            for tag in [t for t in self.unacked if t <= delivery_tag]:
-                self.unacked.pop(tag).unacked -= 1
-        else:
-            del self.unacked[delivery_tag]
-            sub.unacked -= 1
-        amqp = self._amqp()
+        multiple = self.unacked.settle(consumer_tag, delivery_tag)
+        amqp = self.channel()
         if command == "ACK":
             amqp.ack(delivery_tag, multiple)
         else:
@@ -743,58 +695,18 @@ class Session:
             amqp.nack(delivery_tag, multiple, requeue)
 
     # -- transactions -------------------------------------------------------------
-
-    def _in_transaction(self, frame: Frame) -> bool:
-        """Hold a transactional SEND/ACK/NACK until COMMIT (what the plugin does).
-
-        As in the plugin, a held ACK/NACK is receipted at once; a held SEND is
-        receipted when, after COMMIT, RabbitMQ has confirmed it.
-        """
-        tx = frame.headers.get("transaction")
-        if tx is None:
-            return False
-        actions = self._transaction(tx)
-        if len(actions) >= self.settings.max_transaction_actions:
-            raise FrameRejected(
-                "Transaction too large",
-                f"Too many actions in transaction (limit {self.settings.max_transaction_actions})",
-            )
-        actions.append(frame)
-        return True
-
-    def _transaction(self, tx: str) -> list[Frame]:
-        actions = self.transactions.get(tx)
-        if actions is None:
-            raise FrameRejected("Bad transaction", f"Invalid transaction identifier: {tp(tx)}\n")
-        return actions
-
-    @staticmethod
-    def _transaction_id(frame: Frame, command: str) -> str:
-        tx = frame.headers.get("transaction")
-        if tx is None:
-            raise FrameRejected(
-                "Missing transaction", f"\"{command}\" must include a 'transaction' header\n"
-            )
-        return tx
+    # As in the plugin, a transactional SEND/ACK/NACK is held until COMMIT
+    # (transactions.py); a held ACK/NACK is receipted at once, a held SEND when,
+    # after COMMIT, RabbitMQ has confirmed it.
 
     async def _on_begin(self, frame: Frame) -> None:
-        tx = self._transaction_id(frame, "BEGIN")
-        # The plugin's BEGIN of an open transaction starts it again, empty.
-        if tx not in self.transactions and len(self.transactions) >= self.settings.max_transactions:
-            raise FrameRejected(
-                "Transaction limit exceeded",
-                f"Too many concurrent transactions (limit {self.settings.max_transactions})",
-            )
-        self.transactions[tx] = []
+        self.transactions.begin(transaction_id(frame.headers, "BEGIN"))
         self._maybe_receipt(frame)
 
     async def _on_commit(self, frame: Frame) -> None:
         """Run the held frames in order. As in the plugin, one that fails (a bad destination,
         say) gets its ERROR and the others still run; a fatal error ends it all."""
-        tx = self._transaction_id(frame, "COMMIT")
-        actions = self._transaction(tx)
-        del self.transactions[tx]
-        for action in actions:
+        for action in self.transactions.commit(transaction_id(frame.headers, "COMMIT")):
             try:
                 if action.command == "SEND":
                     await self._send(action)
@@ -806,9 +718,7 @@ class Session:
         self._maybe_receipt(frame)
 
     async def _on_abort(self, frame: Frame) -> None:
-        tx = self._transaction_id(frame, "ABORT")
-        self._transaction(tx)
-        del self.transactions[tx]
+        self.transactions.abort(transaction_id(frame.headers, "ABORT"))
         self._maybe_receipt(frame)
 
     # -- receipts and confirms ----------------------------------------------------
@@ -841,10 +751,19 @@ class Session:
 
     # -- helpers ------------------------------------------------------------------
 
-    def _amqp(self) -> AmqpSession:
+    def channel(self) -> AmqpSession:
         if self.amqp is None:
             raise BrokerError("Not connected", "The AMQP connection is gone; reconnect.")
         return self.amqp
+
+    async def writable(self) -> None:
+        if self._wait_writable is not None:
+            await self._wait_writable()
+
+    def deliver(self, headers: dict[str, str], body: bytes) -> None:
+        self.counters.messages_delivered += 1
+        self.counters.frames_out["MESSAGE"] += 1
+        self._write(self._encode(Frame("MESSAGE", headers, body)))
 
     def _destination(self, frame: Frame) -> dest.Destination:
         value = frame.headers.get("destination")

@@ -21,7 +21,6 @@ from stomp_bridge.protocol.headers import (
     check_send_headers,
     consume_arguments,
     describe_subscription,
-    make_message_id,
     message_headers,
     new_session_id,
     parse_bool,
@@ -348,7 +347,8 @@ def test_stream_offset_header_is_passed_through():
 def test_message_id_round_trip(tag, session, delivery_tag):
     if tag.endswith("@") or session.startswith("@") or session.endswith("@"):
         return  # a stray '@' next to the separator would shift the split, as in the plugin
-    assert parse_message_id(make_message_id(tag, session, delivery_tag)) == (tag, session, delivery_tag)
+    message_id = message_headers(tag, session, delivery_tag, "", "q", False, {})["message-id"]
+    assert parse_message_id(message_id) == (tag, session, delivery_tag)
 
 
 @pytest.mark.parametrize(
@@ -401,3 +401,16 @@ def test_consumer_tags():
 def test_session_id_format():
     assert new_session_id(b"\x00" * 16) == "session-AAAAAAAAAAAAAAAAAAAAAA"
     assert len(new_session_id()) == len("session-") + 22
+
+
+def test_tag_name_cuts_either_prefix():
+    """Both prefixes have the length tag_name cuts; a longer one would leak into ids."""
+    from stomp_bridge.protocol.headers import (
+        INTERNAL_TAG_PREFIX, QUEUE_TAG_PREFIX, has_subscription_id, subscribe_consumer_tag, tag_name,
+    )
+
+    assert len(INTERNAL_TAG_PREFIX) == len(QUEUE_TAG_PREFIX)
+    with_id = subscribe_consumer_tag({"id": "s-1", "destination": "/queue/a"})
+    without = subscribe_consumer_tag({"destination": "/queue/a"})
+    assert (tag_name(with_id), has_subscription_id(with_id)) == ("s-1", True)
+    assert (tag_name(without), has_subscription_id(without)) == ("/queue/a", False)

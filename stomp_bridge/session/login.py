@@ -1,0 +1,145 @@
+"""CONNECT's decisions, without I/O: who logs in, to which vhost, with which heart-beats,
+and what CONNECTED says.
+
+The session does the I/O around them (the certificate lookup, the login
+throttle's bookkeeping, opening the AMQP connection); the order of the checks
+here is the order of the ERRORs a client sees, the plugin's where it has one:
+credentials, then heart-beat, then ``loopback_users``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from stomp_bridge.protocol.connect import heartbeat_seconds, is_loopback, parse_heartbeat
+from stomp_bridge.protocol.errors import AccessRefused
+
+if TYPE_CHECKING:
+    from stomp_bridge.session.throttle import LoginThrottle
+    from stomp_bridge.settings import Settings
+    from stomp_bridge.swaptacular.certlogin import AmqpLogin
+    from stomp_bridge.swaptacular.profile import PeerPolicy
+
+
+@dataclass(frozen=True, slots=True)
+class LoginRequest:
+    """What CONNECT asks for, once the bridge's rules have been applied."""
+
+    user: str
+    passcode: str
+    vhost: str
+    heartbeat: tuple[int, int]  # (server sends every, server expects every) ms, whole seconds
+
+
+def connect_headers(headers: dict[str, str], version: str) -> dict[str, str]:
+    """rabbit_stomp_util:trim_headers: 1.0 header values lose leading blanks."""
+    if version == "1.0":
+        return {k: v.lstrip() for k, v in headers.items()}
+    return headers
+
+
+def credentials(
+    settings: Settings,
+    headers: Mapping[str, str],
+    cert_login: AmqpLogin | None,
+    transport: tuple[str | None, str | None] | None,
+) -> tuple[str, str | None]:
+    """(user, passcode), by precedence: the client certificate's login; the credentials the
+    transport established (web-stomp's use_http_auth: CONNECT's ``login`` and ``passcode``
+    are then ignored, as the plugin's force_default_creds); CONNECT's ``login`` and
+    ``passcode``; the configured default user."""
+    login = headers.get("login")
+    if cert_login is not None:
+        return cert_login.user, cert_login.password
+    if transport is not None:
+        login, passcode = transport
+        if login is None:
+            raise AccessRefused(
+                "Bad CONNECT",
+                "No HTTP Basic credentials on the WebSocket upgrade request (the bridge's "
+                "ws_use_http_auth) and no default_user configured on the bridge",
+            )
+        return login, passcode
+    if login is None:
+        if settings.default_user is None:
+            raise AccessRefused("Bad CONNECT", "No login header and no default_user configured on the bridge")
+        return settings.default_user, settings.default_pass
+    return login, headers.get("passcode", settings.default_pass or "")
+
+
+def vhost_for(settings: Settings, host: str) -> str:
+    """``host_vhosts``: clients such as stompman always send ``host:<server host name>``, which
+    the plugin takes for a vhost name; the map names the vhost instead."""
+    mapped = settings.host_vhosts
+    return mapped.get(host, host) if mapped else host
+
+
+def requested_vhost(settings: Settings, headers: Mapping[str, str], policy: PeerPolicy | None) -> str:
+    if policy is not None:  # Swaptacular: host names the peer, the vhost is configured
+        return policy.vhost
+    return vhost_for(settings, headers.get("host", settings.default_vhost))
+
+
+def falls_back(settings: Settings, vhost: str, error: AccessRefused) -> bool:
+    """``unknown_host_default_vhost`` (opt-in): a host that is not in ``host_vhosts`` and that
+    RabbitMQ refused as a vhost logs in to ``default_vhost`` instead."""
+    return (
+        settings.unknown_host_default_vhost
+        and vhost != settings.default_vhost
+        and vhost not in settings.host_vhosts.values()
+        and error.detail.startswith("Virtual host")
+    )
+
+
+def negotiate_heartbeat(header: str) -> tuple[int, int]:
+    """(server sends every, server expects every) ms from the client's ``heart-beat: cx,cy``:
+    the bridge sends every cy and expects every cx, in whole seconds as the plugin rounds them
+    (0 stays 0: none)."""
+    cx, cy = parse_heartbeat(header)
+    return heartbeat_seconds(cy) * 1000, heartbeat_seconds(cx) * 1000
+
+
+def login_request(
+    settings: Settings,
+    headers: Mapping[str, str],
+    *,
+    peer: str | None,
+    cert_login: AmqpLogin | None = None,
+    transport: tuple[str | None, str | None] | None = None,
+    policy: PeerPolicy | None = None,
+) -> LoginRequest:
+    """CONNECT's login, or its ERROR: credentials, vhost, heart-beat, ``loopback_users``."""
+    user, passcode = credentials(settings, headers, cert_login, transport)
+    vhost = requested_vhost(settings, headers, policy)
+    heartbeat = negotiate_heartbeat(headers.get("heart-beat", "0,0"))
+    if user in settings.loopback_users and not is_loopback(peer):
+        raise AccessRefused("Bad CONNECT", "non-loopback access denied")
+    return LoginRequest(user, passcode or "", vhost, heartbeat)
+
+
+def throttled(throttle: LoginThrottle, peer: str | None, user: str, wait: float) -> AccessRefused:
+    """The refusal of a login the throttle holds back for ``wait`` more seconds."""
+    return AccessRefused(
+        "Bad CONNECT",
+        f"Access refused for user '{user}': {throttle.limit} failed logins from "
+        f"{peer} within {throttle.window:g} s; try again in {math.ceil(wait)} s",
+        private="login_failures_per_minute",
+    )
+
+
+def connected_headers(
+    session_id: str, heartbeat: tuple[int, int], version: str, server: str | None
+) -> dict[str, str]:
+    """CONNECTED's headers, in the plugin's order; ``server`` None when hidden."""
+    out = {"session": session_id, "heart-beat": f"{heartbeat[0]},{heartbeat[1]}", "version": version}
+    if server is not None:
+        out["server"] = server
+    return out
+
+
+def server_header(broker_version: str, bridge_version: str) -> str:
+    # Clients match on "RabbitMQ/"; the comment (STOMP 1.2 grammar) names the bridge.
+    return f"RabbitMQ/{broker_version} (stomp-bridge/{bridge_version})"

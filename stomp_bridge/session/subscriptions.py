@@ -1,0 +1,58 @@
+"""A STOMP subscription and the AMQP consumer tags that feed it.
+
+One :class:`Subscription` per SUBSCRIBE; the session maps every consumer tag
+that delivers to it (the main one, a composite destination's parts, a windowed
+subscription's extra windows) to the same object, so every MESSAGE carries the
+subscription's own id and ACKs work unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from stomp_bridge.protocol import destinations as dest
+
+# "@@" never appears in a usable subscription id (it separates the parts of a message-id), so
+# these extra consumer tags cannot collide with a client's own.
+WINDOW_TAG_SEPARATOR = "@@window"
+COMPOSITE_TAG_SEPARATOR = "@@part"
+
+
+@dataclass(slots=True)
+class Subscription:
+    consumer_tag: str  # T_<id>, Q_<destination>, or T_/temp-queue/<id> (plugin naming)
+    destination: dest.Destination | None  # None for the automatic temp-queue subscription
+    queue: str
+    ack: bool  # the client acknowledges (ack:client or client-individual)
+    multiple: bool  # ack:client: an ACK settles every earlier delivery too
+    # Extensions (extensions.py); the defaults cost nothing on the delivery path.
+    # ``filter`` sees (and may add to) each MESSAGE's headers; False drops the delivery.
+    filter: Callable[[dict[str, str]], bool] | None = None
+    extra_tags: tuple[str, ...] = ()  # more consumers: a composite SUBSCRIBE's, or a window's
+    consuming: bool = True  # False for a finished classic-queue browse
+    unacked: int = 0  # deliveries the client has not settled yet (ack subscriptions)
+    # ack:client/client-individual without prefetch-count: consumed in windows of
+    # client_ack_window deliveries, one consumer more on the queue each time the client holds
+    # all the windows and keeps reading (0: not windowed). See Session._add_window.
+    window: int = 0
+    growing: bool = False
+    arguments: dict[str, Any] | None = None  # the consume arguments, for more windows
+    # MESSAGEs that arrived before the SUBSCRIBE's RECEIPT went out (None: none held); the
+    # plugin answers SUBSCRIBE before it handles any delivery, and clients wait for the RECEIPT.
+    held: list[bytes] | None = None
+
+    def window_full(self) -> bool:
+        """The client holds every window's deliveries: time for one consumer more."""
+        return self.unacked >= self.window * (1 + len(self.extra_tags))
+
+
+def part_tag(consumer_tag: str, index: int) -> str:
+    """The consumer tag of part ``index`` of a composite destination (part 0: the subscription's)."""
+    return consumer_tag if index == 0 else f"{consumer_tag}{COMPOSITE_TAG_SEPARATOR}{index}"
+
+
+def window_tag(consumer_tag: str, number: int) -> str:
+    """The consumer tag of a windowed subscription's window ``number`` (1 for the first extra)."""
+    return f"{consumer_tag}{WINDOW_TAG_SEPARATOR}{number}"
