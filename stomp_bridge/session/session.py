@@ -214,7 +214,10 @@ class Session:
         self.ledger.release_waiters()
         amqp, self.amqp = self.amqp, None
         if amqp is not None:
-            if self.exclusive_queues and amqp.shares_connection():
+            # Deleted here even on a connection of its own: RabbitMQ deletes a closed connection's
+            # exclusive queues after its close-ok, so the client, already gone, could reconnect
+            # and find the name still taken (RESOURCE_LOCKED).
+            if self.exclusive_queues:
                 for queue in self.exclusive_queues:
                     try:
                         await amqp.delete_queue(queue)
