@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from stomp_bridge.protocol.dialect import NEWEST, Dialect
-from stomp_bridge.protocol.errors import FrameRejected, InvalidDestination
+from stomp_bridge.protocol.arguments import queue_arguments
+from stomp_bridge.protocol.errors import FrameRejected, InvalidDestination, processing_error
 
 EXCHANGE = "exchange"
 QUEUE = "queue"
@@ -55,14 +56,8 @@ DEFAULT_TOPIC_EXCHANGE = "amq.topic"
 SUBSCRIPTION_QUEUE_PREFIX = "stomp-subscription"
 
 
-def processing_error(private: str = "") -> FrameRejected:
-    """What the plugin sends when its processor crashes on a bad value (a badarg or badmatch):
-    ERROR ``message:Processing error``, body ``Processing error``."""
-    return FrameRejected("Processing error", "Processing error", private=private)
-
-
 def _queue_arguments(headers: Mapping[str, str], dialect: Dialect) -> dict[str, Any]:
-    return _headers.queue_arguments(headers, dialect.queue_argument_names)
+    return queue_arguments(headers, dialect.queue_argument_names)
 
 
 @dataclass(frozen=True, slots=True)
@@ -496,8 +491,3 @@ def reply_to_temp_queue(reply_to: str) -> str | None:
     except InvalidDestination as exc:
         raise processing_error(f"reply-to {reply_to!r}: {exc}") from None
     return dest.name if dest.kind == TEMP_QUEUE else None
-
-
-# headers.py imports this module: bound last, and used only at call time (an import
-# statement inside _queue_arguments cost 5 % of a SEND's CPU).
-from stomp_bridge.protocol import headers as _headers  # noqa: E402

@@ -79,3 +79,9 @@ def tp(text: str) -> str:
     """``text`` as the plugin's ``~tp`` prints an Erlang string in its ERROR texts: in double
     quotes, with ``\\`` and ``"`` escaped (``Could not interpret command "FOO"``)."""
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def processing_error(private: str = "") -> FrameRejected:
+    """What the plugin sends when its processor crashes on a bad value (a badarg or badmatch):
+    ERROR ``message:Processing error``, body ``Processing error``."""
+    return FrameRejected("Processing error", "Processing error", private=private)

@@ -16,9 +16,10 @@ import secrets
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
-from stomp_bridge.protocol.destinations import DEST_PREFIXES, REPLY_QUEUE_PREFIX, base64url, message_destination, processing_error
-from stomp_bridge.protocol.errors import FrameRejected
-from stomp_bridge.protocol.integers import NONE, SPACES, parse_int
+from stomp_bridge.protocol.arguments import integer_header as _integer
+from stomp_bridge.protocol.destinations import DEST_PREFIXES, REPLY_QUEUE_PREFIX, base64url, message_destination
+from stomp_bridge.protocol.errors import FrameRejected, processing_error
+from stomp_bridge.protocol.integers import NONE, parse_int
 
 # -- names (rabbit_stomp_headers.hrl) ----------------------------------------------------
 
@@ -30,25 +31,6 @@ TEMP_QUEUE_ID_PREFIX = "/temp-queue/"
 
 # HEADERS_NOT_ON_SEND
 HEADERS_NOT_ON_SEND = ("message-id",)
-
-# Queue arguments taken from SEND/SUBSCRIBE headers, with their AMQP type: int is
-# 'long', str is 'longstr'.
-QUEUE_ARGUMENTS: dict[str, type] = {
-    "x-dead-letter-exchange": str,
-    "x-dead-letter-routing-key": str,
-    "x-expires": int,
-    "x-max-length": int,
-    "x-max-age": str,  # 3.11+
-    "x-stream-max-segment-size-bytes": int,  # 3.11+
-    "x-max-length-bytes": int,
-    "x-max-priority": int,
-    "x-message-ttl": int,
-    "x-queue-type": str,
-    "x-stream-filter-size-bytes": int,  # 3.13+
-    # Not in the plugin's list, but in its documentation: a client following the
-    # docs gets the argument it asked for instead of a silently different queue.
-    "x-overflow": str,
-}
 
 # user_header/1 is false for these: they become properties (or, for destination,
 # nothing). Every other SEND header, receipt, transaction, content-length, id,
@@ -70,42 +52,6 @@ NOT_USER_HEADERS = frozenset(
         "destination",
     )
 )
-
-_QUEUE_ARGUMENT_NAMES = frozenset(QUEUE_ARGUMENTS)
-_INT64 = (-(1 << 63), (1 << 63) - 1)
-
-
-def _integer(name: str, value: str) -> int:
-    # list_to_integer(string:strip(V)): spaces only (3.10 to 4.3.6; verified on 4.3.6)
-    number = parse_int(value, blanks=SPACES)
-    if number is None:
-        raise processing_error(f"header {name!r}: {value!r} is not an integer")
-    return number
-
-
-def queue_arguments(headers: Mapping[str, str], names: frozenset[str] | None = None) -> dict[str, Any]:
-    """The ``x-`` queue arguments of a SEND or SUBSCRIBE (``build_arguments/1``).
-
-    Integers become ``int`` (AMQP long), the rest ``str``, both stripped of spaces. A value
-    that is not an integer is a "Processing error" (verified), whatever the destination
-    kind, even when no queue is declared. ``names``: the broker's list (``Dialect``).
-    """
-    if names is None:
-        names = _QUEUE_ARGUMENT_NAMES
-    if names.isdisjoint(headers):  # the usual SEND: no queue argument at all
-        return {}
-    args: dict[str, Any] = {}
-    for name, value in headers.items():
-        if name in names:
-            if QUEUE_ARGUMENTS[name] is int:
-                number = _integer(name, value)
-                if not _INT64[0] <= number <= _INT64[1]:
-                    raise processing_error(f"header {name!r}: {value!r} does not fit an AMQP long")
-                args[name] = number
-            else:
-                args[name] = value.strip(" ")
-    return args
-
 
 def parse_bool(value: str | None) -> bool | None:
     """``true``/``True`` -> True, ``false``/``False`` -> False, anything else None (``boolean_header``)."""

@@ -27,12 +27,12 @@ from stomp_bridge.protocol.headers import (
     parse_message_id,
     prefetch_count,
     properties_from_send,
-    queue_arguments,
     reply_queue_consumer_tag,
     subscribe_consumer_tag,
     subscription_id,
     unsubscribe_consumer_tag,
 )
+from stomp_bridge.protocol.arguments import queue_arguments
 from stomp_bridge.protocol.parser import FrameParser
 
 
