@@ -190,12 +190,9 @@ class Settings(BaseSettings):
         description="Bytes per incoming WebSocket message; more: close 1009 after an ERROR "
         "(unset: max_frame_size).",
     )
-    ws_compression: bool = Field(
-        True,
-        description="Negotiate permessage-deflate with clients that offer it, as web-stomp does "
-        "(12-bit windows: about 40 KB of memory per compressing connection); a compressed message "
-        "is never inflated past ws_max_message_size.",
-    )
+    ws_compression: bool = Field(True, description=(
+        "Negotiate permessage-deflate with clients that offer it, as web-stomp does (about 40 KB per "
+        "compressing connection); a compressed message is never inflated past ws_max_message_size."))
     ws_allowed_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Comma-separated Origins a browser page may connect from, e.g. "

@@ -118,8 +118,8 @@ def parse_destination(value: str) -> Destination:
     """Parse a ``destination`` header as ``rabbit_routing_util:parse_endpoint/1`` does.
 
     A value without any ``/`` is a queue name (``foo`` is ``/queue/foo``), and
-    the empty string parses to a queue named ``""`` that :func:`send_target` and
-    :func:`subscribe_plan` refuse as blank. ``/reply-queue/`` keeps the slashes
+    the empty string parses to a queue named ``""`` that ``DestinationRules.send_target`` and
+    ``subscribe_plan`` refuse as blank. ``/reply-queue/`` keeps the slashes
     of its name. Raises :class:`InvalidDestination` with the plugin's texts
     (the plugin reports these and keeps the connection; the bridge closes it, see README).
     """
@@ -386,76 +386,70 @@ def _not_for(dest: Destination, command: str) -> InvalidDestination:
         "Invalid destination", f"'{dest.header}' is not a valid destination for '{command}'\n")
 
 
-def send_target(
-    dest: Destination,
-    headers: Mapping[str, str],
-    default_topic_exchange: str = DEFAULT_TOPIC_EXCHANGE,
-    *,
-    declare: bool = True,
-    dialect: Dialect = NEWEST,
-) -> SendTarget:
-    """Where a SEND goes, and the queue to declare first (``/queue`` only).
+@dataclass(frozen=True, slots=True)
+class DestinationRules:
+    """What SEND and SUBSCRIBE do with a destination, for one session: the exchange behind
+    ``/topic/`` and the connected broker's version (``Dialect``) are fixed once it logged in."""
 
-    Pass ``declare=False`` once the session has declared that ``/queue`` name:
-    the plugin then skips the declaration and its checks. The checks run in the
-    plugin's order: blank destination, the ``x-`` queue arguments (a bad integer
-    is a "Processing error" for every destination kind), ``/temp-queue``.
-    ``/topic``, ``/exchange``, ``/amq/queue`` and ``/reply-queue`` never declare.
-    """
-    _check_blank(dest)
-    arguments = _queue_arguments(headers, dialect)
-    if dest.kind == TEMP_QUEUE:
-        raise _not_for(dest, "SEND")
-    plan = None
-    if dest.kind == QUEUE and declare:
-        plan = queue_declare(QUEUE, dest.name, headers, arguments, dialect)
-    exchange, routing_key = dest.routing(default_topic_exchange)
-    return SendTarget(exchange, routing_key, plan)
+    default_topic_exchange: str = DEFAULT_TOPIC_EXCHANGE
+    dialect: Dialect = NEWEST
 
+    def send_target(self, dest: Destination, headers: Mapping[str, str], *, declare: bool = True) -> SendTarget:
+        """Where a SEND goes, and the queue to declare first (``/queue`` only).
 
-def subscribe_plan(
-    dest: Destination,
-    headers: Mapping[str, str],
-    default_topic_exchange: str = DEFAULT_TOPIC_EXCHANGE,
-    *,
-    declare: bool = True,
-    dialect: Dialect = NEWEST,
-    random: bytes | None = None,
-) -> SubscribePlan:
-    """What a SUBSCRIBE to ``dest`` does on the AMQP side.
+        Pass ``declare=False`` once the session has declared that ``/queue`` name:
+        the plugin then skips the declaration and its checks. The checks run in the
+        plugin's order: blank destination, the ``x-`` queue arguments (a bad integer
+        is a "Processing error" for every destination kind), ``/temp-queue``.
+        ``/topic``, ``/exchange``, ``/amq/queue`` and ``/reply-queue`` never declare.
+        """
+        _check_blank(dest)
+        arguments = _queue_arguments(headers, self.dialect)
+        if dest.kind == TEMP_QUEUE:
+            raise _not_for(dest, "SEND")
+        plan = None
+        if dest.kind == QUEUE and declare:
+            plan = queue_declare(QUEUE, dest.name, headers, arguments, self.dialect)
+        exchange, routing_key = dest.routing(self.default_topic_exchange)
+        return SendTarget(exchange, routing_key, plan)
 
-    ``/queue/<n>``: declare ``n`` (unless ``declare=False``: already declared in
-    this session), consume. ``/amq/queue/<n>`` and ``/reply-queue/<n>``: consume
-    only; a missing queue fails the consume with NOT_FOUND (verified: ERROR
-    ``not_found`` / ``NOT_FOUND - no queue 'n' in vhost '/'`` and the connection
-    closes). ``/topic/<t>``: declare a ``stomp-subscription-...`` queue (shared
-    per (t, id) when durable), consume, bind it to the default topic exchange
-    with ``t``. ``/exchange/<x>[/<p>]``: the same bound to ``x`` with ``p`` (or
-    ``""``). ``x-queue-name`` names topic/exchange queues. ``/temp-queue`` is
-    refused. ``random`` (16 bytes) makes transient names deterministic in tests.
-    """
-    _check_blank(dest)
-    arguments = _queue_arguments(headers, dialect)
-    kind = dest.kind
-    if kind == TEMP_QUEUE:
-        raise _not_for(dest, "SUBSCRIBE")
-    if kind in (TOPIC, EXCHANGE):
-        decl = queue_declare(kind, "", headers, arguments, dialect)
-        routing_name = dest.name if kind == TOPIC else dest.pattern or ""
-        if has_durable_header(headers):
-            sub_id: str | bytes | None = headers.get("id")
-            if sub_id is None:  # "durable:True" slips past the "Missing Header" check, then crashes
-                raise processing_error("durable subscription without an id header")
-        else:
-            sub_id = secrets.token_bytes(16) if random is None else random
-        name = subscription_queue_name(routing_name, sub_id, headers.get("x-queue-name"))
-        decl = QueueDeclare(name, decl.durable, decl.auto_delete, decl.exclusive, decl.arguments)
-        exchange, key = dest.routing(default_topic_exchange)
-        return SubscribePlan(name, decl, (exchange, key), delete_on_failure=True)
-    plan = None
-    if kind == QUEUE and declare:
-        plan = queue_declare(QUEUE, dest.name, headers, arguments, dialect)
-    return SubscribePlan(dest.name, plan, None, delete_on_failure=False)
+    def subscribe_plan(
+        self, dest: Destination, headers: Mapping[str, str], *, declare: bool = True, random: bytes | None = None
+    ) -> SubscribePlan:
+        """What a SUBSCRIBE to ``dest`` does on the AMQP side.
+
+        ``/queue/<n>``: declare ``n`` (unless ``declare=False``: already declared in
+        this session), consume. ``/amq/queue/<n>`` and ``/reply-queue/<n>``: consume
+        only; a missing queue fails the consume with NOT_FOUND (verified: ERROR
+        ``not_found`` / ``NOT_FOUND - no queue 'n' in vhost '/'`` and the connection
+        closes). ``/topic/<t>``: declare a ``stomp-subscription-...`` queue (shared
+        per (t, id) when durable), consume, bind it to the default topic exchange
+        with ``t``. ``/exchange/<x>[/<p>]``: the same bound to ``x`` with ``p`` (or
+        ``""``). ``x-queue-name`` names topic/exchange queues. ``/temp-queue`` is
+        refused. ``random`` (16 bytes) makes transient names deterministic in tests.
+        """
+        _check_blank(dest)
+        arguments = _queue_arguments(headers, self.dialect)
+        kind = dest.kind
+        if kind == TEMP_QUEUE:
+            raise _not_for(dest, "SUBSCRIBE")
+        if kind in (TOPIC, EXCHANGE):
+            decl = queue_declare(kind, "", headers, arguments, self.dialect)
+            routing_name = dest.name if kind == TOPIC else dest.pattern or ""
+            if has_durable_header(headers):
+                sub_id: str | bytes | None = headers.get("id")
+                if sub_id is None:  # "durable:True" slips past the "Missing Header" check, then crashes
+                    raise processing_error("durable subscription without an id header")
+            else:
+                sub_id = secrets.token_bytes(16) if random is None else random
+            name = subscription_queue_name(routing_name, sub_id, headers.get("x-queue-name"))
+            decl = QueueDeclare(name, decl.durable, decl.auto_delete, decl.exclusive, decl.arguments)
+            exchange, key = dest.routing(self.default_topic_exchange)
+            return SubscribePlan(name, decl, (exchange, key), delete_on_failure=True)
+        plan = None
+        if kind == QUEUE and declare:
+            plan = queue_declare(QUEUE, dest.name, headers, arguments, self.dialect)
+        return SubscribePlan(dest.name, plan, None, delete_on_failure=False)
 
 
 def require_durable_id(headers: Mapping[str, str]) -> None:

@@ -111,6 +111,8 @@ class Session:
         self.heartbeat: tuple[int, int] = (0, 0)  # (server sends every, server expects every) ms
         self.subscriptions: dict[str, Subscription] = {}  # by consumer tag
         self.unacked = Unacked()  # what the client has to ACK, by delivery tag, in order
+        # SEND and SUBSCRIBE rules; the broker version is known once logged in (_start)
+        self.rules = dest.DestinationRules(settings.default_topic_exchange)
         self.declared_queues: set[str] = set()
         self.reply_queues: dict[str, str] = {}  # /temp-queue/<id> -> queue name
         self.transactions = Transactions(settings.max_transactions, settings.max_transaction_actions)
@@ -330,6 +332,7 @@ class Session:
         s = self.settings
         self.amqp = amqp
         self.user, self.vhost = user, vhost
+        self.rules = dest.DestinationRules(s.default_topic_exchange, amqp.dialect)
         self.amqp.on_delivery = self._on_delivery
         self.amqp.on_confirm = self._on_confirm
         self.amqp.on_closed = self._on_amqp_closed
@@ -389,13 +392,7 @@ class Session:
     async def _send_to(self, frame: Frame, destination: dest.Destination) -> None:
         headers = frame.headers
         amqp = self.channel()
-        target = dest.send_target(
-            destination,
-            headers,
-            self.settings.default_topic_exchange,
-            declare=destination.name not in self.declared_queues,
-            dialect=amqp.dialect,
-        )
+        target = self.rules.send_target(destination, headers, declare=destination.name not in self.declared_queues)
         if target.declare is not None:
             await self._declare(target.declare)
         reply_to = None
@@ -544,13 +541,7 @@ class Session:
             self._write(b"".join(held))
 
     def _subscribe_plan(self, destination: dest.Destination, headers: dict[str, str]) -> dest.SubscribePlan:
-        plan = dest.subscribe_plan(
-            destination,
-            headers,
-            self.settings.default_topic_exchange,
-            declare=destination.name not in self.declared_queues,
-            dialect=self.channel().dialect,
-        )
+        plan = self.rules.subscribe_plan(destination, headers, declare=destination.name not in self.declared_queues)
         return ext.adjust_plan(self, plan, destination, headers)
 
     async def _on_unsubscribe(self, frame: Frame) -> None:

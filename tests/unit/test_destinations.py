@@ -22,14 +22,15 @@ from stomp_bridge.protocol.destinations import (
     parse_destination,
     reply_to_temp_queue,
     require_durable_id,
-    send_target,
-    subscribe_plan,
+    DestinationRules,
     subscription_queue_name,
     term_to_binary_pair,
     transient_subscription_queue_name,
 )
 from stomp_bridge.protocol.dialect import Dialect
 from stomp_bridge.protocol.errors import InvalidDestination, ProtocolError
+
+RULES = DestinationRules()  # amq.topic behind /topic/, the newest broker
 
 UNKNOWN_TAIL = "is not a valid destination.\nValid destination types are: /temp-queue, /exchange, /topic, /queue, /amq/queue, /reply-queue/.\n"
 
@@ -193,24 +194,24 @@ def _dest(header):
     ],
 )
 def test_send_target_routes_like_parse_routing(header, exchange, routing_key):
-    target = send_target(_dest(header), {})
+    target = RULES.send_target(_dest(header), {})
     assert (target.exchange, target.routing_key) == (exchange, routing_key)
     assert (target.declare is not None) == header.startswith("/queue/")
 
 
 def test_default_topic_exchange_applies_to_every_amq_topic_destination():
-    assert send_target(_dest("/topic/t"), {}, "my.topic").exchange == "my.topic"
-    assert send_target(_dest("/exchange/amq.topic/t"), {}, "my.topic").exchange == "my.topic"
-    assert send_target(_dest("/exchange/other/t"), {}, "my.topic").exchange == "other"
+    assert DestinationRules("my.topic").send_target(_dest("/topic/t"), {}).exchange == "my.topic"
+    assert DestinationRules("my.topic").send_target(_dest("/exchange/amq.topic/t"), {}).exchange == "my.topic"
+    assert DestinationRules("my.topic").send_target(_dest("/exchange/other/t"), {}).exchange == "other"
 
 
 def test_send_to_a_queue_declares_a_durable_queue_with_header_arguments():
-    target = send_target(_dest("/queue/q"), {"x-max-length": "10", "x-dead-letter-exchange": " dlx "})
+    target = RULES.send_target(_dest("/queue/q"), {"x-max-length": "10", "x-dead-letter-exchange": " dlx "})
     assert target.declare == QueueDeclare("q", True, False, False, {"x-max-length": 10, "x-dead-letter-exchange": "dlx"}, True)
 
 
 def test_send_after_the_first_declares_nothing_and_skips_its_checks():
-    assert send_target(_dest("/queue/q"), {"durable": "yes"}, declare=False).declare is None
+    assert RULES.send_target(_dest("/queue/q"), {"durable": "yes"}, declare=False).declare is None
 
 
 @pytest.mark.parametrize(
@@ -225,7 +226,7 @@ def test_send_after_the_first_declares_nothing_and_skips_its_checks():
 )
 def test_send_target_errors(header, headers, message, detail):
     with pytest.raises((InvalidDestination, ProtocolError)) as info:
-        send_target(_dest(header), headers)
+        RULES.send_target(_dest(header), headers)
     assert (info.value.message, info.value.detail) == (message, detail)
 
 
@@ -255,64 +256,64 @@ V3_10, V4_0, V4_3 = Dialect((3, 10, 8)), Dialect((4, 0, 5)), Dialect((4, 3, 6))
     ],
 )
 def test_subscribe_declares_with_the_plugins_defaults(header, headers, durable, auto_delete, exclusive):
-    declare = subscribe_plan(_dest(header), headers, random=R, dialect=V4_0).declare
+    declare = DestinationRules(dialect=V4_0).subscribe_plan(_dest(header), headers, random=R).declare
     assert (declare.durable, declare.auto_delete, declare.exclusive) == (durable, auto_delete, exclusive)
 
 
 @pytest.mark.parametrize("dialect", [V4_3, Dialect((4, 2, 0)), Dialect()])
 def test_topic_subscription_queues_are_exclusive_from_4_2(dialect):
     """rabbitmq-server #13016: no transient shared queue, which 4.3 can deny (verified on 4.3.6)."""
-    declare = subscribe_plan(_dest("/topic/t"), {}, random=R, dialect=dialect).declare
+    declare = DestinationRules(dialect=dialect).subscribe_plan(_dest("/topic/t"), {}, random=R).declare
     assert (declare.durable, declare.auto_delete, declare.exclusive) == (False, True, True)
-    shared = subscribe_plan(_dest("/topic/t"), {"exclusive": "false"}, random=R, dialect=dialect).declare
+    shared = DestinationRules(dialect=dialect).subscribe_plan(_dest("/topic/t"), {"exclusive": "false"}, random=R).declare
     assert shared.exclusive is False  # asked for: RabbitMQ decides (4.3 may refuse it)
-    durable = subscribe_plan(_dest("/topic/t"), {"id": "1", "durable": "true"}, dialect=dialect).declare
+    durable = DestinationRules(dialect=dialect).subscribe_plan(_dest("/topic/t"), {"id": "1", "durable": "true"}).declare
     assert (durable.durable, durable.exclusive) == (True, False)
 
 
 def test_exchange_subscription_queues_were_not_exclusive_in_3_10():
-    declare = subscribe_plan(_dest("/exchange/amq.fanout"), {}, random=R, dialect=V3_10).declare
+    declare = DestinationRules(dialect=V3_10).subscribe_plan(_dest("/exchange/amq.fanout"), {}, random=R).declare
     assert (declare.durable, declare.auto_delete, declare.exclusive) == (False, True, False)
 
 
 def test_quorum_and_stream_queues_are_forced_durable_and_shared_in_4x():
     headers = {"x-queue-type": "quorum", "durable": "false"}
-    declare = subscribe_plan(_dest("/queue/q"), headers, dialect=V4_3).declare
+    declare = DestinationRules(dialect=V4_3).subscribe_plan(_dest("/queue/q"), headers).declare
     assert (declare.durable, declare.exclusive, declare.arguments) == (True, False, {"x-queue-type": "quorum"})
-    assert subscribe_plan(_dest("/queue/q"), headers, dialect=V3_10).declare.durable is False
-    stream = subscribe_plan(_dest("/topic/t"), {"x-queue-type": "stream"}, random=R, dialect=V4_0).declare
+    assert DestinationRules(dialect=V3_10).subscribe_plan(_dest("/queue/q"), headers).declare.durable is False
+    stream = DestinationRules(dialect=V4_0).subscribe_plan(_dest("/topic/t"), {"x-queue-type": "stream"}, random=R).declare
     assert (stream.durable, stream.exclusive) == (True, False)
 
 
 def test_durable_topic_subscription_plan():
-    plan = subscribe_plan(_dest("/topic/my-durable"), {"id": "1234", "durable": "true", "auto-delete": "false"})
+    plan = RULES.subscribe_plan(_dest("/topic/my-durable"), {"id": "1234", "durable": "true", "auto-delete": "false"})
     assert plan.queue == plan.declare.queue == "stomp-subscription-ywnduRGdS9QBdgzKJKz3-A"
     assert plan.binding == ("amq.topic", "my-durable")
     assert plan.delete_on_failure
 
 
 def test_transient_topic_subscription_gets_a_fresh_name_and_binds_to_the_default_topic_exchange():
-    plan = subscribe_plan(_dest("/topic/a.*"), {"id": "1"}, "my.topic", random=R)
+    plan = DestinationRules("my.topic").subscribe_plan(_dest("/topic/a.*"), {"id": "1"}, random=R)
     assert plan.queue == transient_subscription_queue_name("a.*", R)
     assert plan.binding == ("my.topic", "a.*")
 
 
 def test_exchange_subscription_without_pattern_binds_with_an_empty_key():
-    plan = subscribe_plan(_dest("/exchange/amq.fanout"), {"x-queue-name": "mine"})
+    plan = RULES.subscribe_plan(_dest("/exchange/amq.fanout"), {"x-queue-name": "mine"})
     assert (plan.queue, plan.binding) == ("mine", ("amq.fanout", ""))
 
 
 @pytest.mark.parametrize("header", ["/amq/queue/q", "/reply-queue/q"])
 def test_existing_queue_subscriptions_declare_and_bind_nothing(header):
-    assert subscribe_plan(_dest(header), {"x-max-length": "5"}) == subscribe_plan(_dest(header), {})
-    plan = subscribe_plan(_dest(header), {})
+    assert RULES.subscribe_plan(_dest(header), {"x-max-length": "5"}) == RULES.subscribe_plan(_dest(header), {})
+    plan = RULES.subscribe_plan(_dest(header), {})
     assert (plan.queue, plan.declare, plan.binding, plan.delete_on_failure) == ("q", None, None, False)
 
 
 def test_queue_subscription_declares_once_per_session():
-    plan = subscribe_plan(_dest("/queue/q"), {})
+    plan = RULES.subscribe_plan(_dest("/queue/q"), {})
     assert plan.declare.once_per_session and plan.binding is None
-    assert subscribe_plan(_dest("/queue/q"), {}, declare=False).declare is None
+    assert RULES.subscribe_plan(_dest("/queue/q"), {}, declare=False).declare is None
 
 
 @pytest.mark.parametrize(
@@ -327,7 +328,7 @@ def test_queue_subscription_declares_once_per_session():
 )
 def test_subscribe_plan_errors(header, headers, message, detail):
     with pytest.raises((InvalidDestination, ProtocolError)) as info:
-        subscribe_plan(_dest(header), headers)
+        RULES.subscribe_plan(_dest(header), headers)
     assert (info.value.message, info.value.detail) == (message, detail)
 
 

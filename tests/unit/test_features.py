@@ -74,7 +74,7 @@ def test_durable_subscription_name_precedence(headers, name):
 
 def test_artemis_plan_names_a_durable_queue_after_client_id_and_name():
     destination = dest.parse_destination("/topic/t")
-    plan = dest.subscribe_plan(destination, {}, random=b"0" * 16)
+    plan = dest.DestinationRules().subscribe_plan(destination, {}, random=b"0" * 16)
     out = features.artemis_durable_plan(plan, destination, {"durable-subscription-name": "n"}, "cid")
     assert out.queue == "cid.n" and out.declare is not None
     assert (out.declare.queue, out.declare.durable, out.declare.auto_delete, out.declare.exclusive) == (
@@ -84,13 +84,13 @@ def test_artemis_plan_names_a_durable_queue_after_client_id_and_name():
 
 def test_artemis_plan_leaves_queue_destinations_alone():
     destination = dest.parse_destination("/queue/q")
-    plan = dest.subscribe_plan(destination, {})
+    plan = dest.DestinationRules().subscribe_plan(destination, {})
     assert features.artemis_durable_plan(plan, destination, {"durable-subscription-name": "n"}, "c") is plan
 
 
 def test_artemis_plan_without_client_id_is_an_error():
     destination = dest.parse_destination("/topic/t")
-    plan = dest.subscribe_plan(destination, {})
+    plan = dest.DestinationRules().subscribe_plan(destination, {})
     with pytest.raises(ProtocolError) as info:
         features.artemis_durable_plan(plan, destination, {"durable-subscription-name": "n"}, None)
     assert info.value.message == "Missing client-id"
@@ -138,7 +138,7 @@ def test_selectors_only_on_private_queues(value, allowed):
 
 
 def test_exclusive_plan_asks_for_a_single_active_consumer_queue():
-    plan = dest.subscribe_plan(dest.parse_destination("/queue/q"), {"exclusive": "true"})
+    plan = dest.DestinationRules().subscribe_plan(dest.parse_destination("/queue/q"), {"exclusive": "true"})
     out = features.exclusive_plan(plan)
     assert out.declare is not None
     assert out.declare.exclusive is False
