@@ -1,20 +1,22 @@
 """The AMQP 0-9-1 side of one STOMP connection: a channel on a shared connection.
 
 aiormq owns the sockets, the handshake, heart-beats and RPCs (declare, bind,
-consume, qos). ``amqp_pool`` shares connections between STOMP sessions with
-the same credentials, one channel per session. The per-message paths bypass
-aiormq's generic API, which costs a lock, a future and a random
-``message_id`` per publish and a task per delivery:
+consume, qos); ``connect.py`` logs in, ``pool.py`` shares connections between
+STOMP sessions with the same credentials, one channel per session. The
+per-message paths bypass aiormq's generic API, which costs a lock, a future and
+a random ``message_id`` per publish and a task per delivery:
 
-* publishes and acks are encoded by ``amqp_codec`` into a batch that is
+* publishes and acks are encoded by ``codec.py`` into a batch that is
   written once per chunk of client bytes (``flush``): straight to the socket
   when aiormq's write queue is empty and the socket keeps up (a task switch to
   aiormq's writer costs as much as the write), else through that queue, whose
   bound is the backpressure; publisher confirms are tracked by delivery-tag
   ranges in the session, not by futures;
-* deliveries and confirms are cut out of the socket's bytes by
-  ``amqp_reader`` and handed synchronously to ``on_delivery``/``on_confirm``
-  (aiormq's channel reader is the fallback if that reader cannot be installed).
+* deliveries and confirms are cut out of the socket's bytes by ``reader.py``
+  and handed synchronously to ``on_delivery``/``on_confirm`` (aiormq's channel
+  reader is the fallback if that reader is not installed).
+
+Every aiormq internal those paths use goes through ``internals.py``.
 
 Backpressure without pausing a shared socket: every consumer acknowledges.
 A client-ack subscription is bounded by its prefetch-count (and by the
@@ -29,8 +31,11 @@ them: one frame per delivery would cost RabbitMQ and the bridge a write each
 (a third of the writes of a request/reply round trip), while a crash in
 between only redelivers what the client may already hold, as any lost ack does.
 
-Every STOMP error ends the STOMP connection, so a closed channel never has to
-be reopened.
+A closed channel is never reopened. RabbitMQ closes a channel on a channel
+error (404, 403, 406 …), and that ends the STOMP session with the reason, as
+the plugin's session ends with its channel; the ERRORs after which the plugin
+keeps a connection open (an unknown destination, a bad header …) are refused
+by the bridge before any AMQP command, so the channel stays usable.
 """
 
 from __future__ import annotations
@@ -38,89 +43,31 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-import urllib.parse
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 from typing import Any
 
 import aiormq
-import aiormq.connection as aiormq_connection
 import aiormq.exceptions as amqp_exc
-import pamqp.encode
-import pamqp.exceptions as pamqp_exceptions
-import pamqp.frame
-import pamqp.header
-from aiormq.abc import ChannelFrame
 from pamqp import commands as spec
-from pamqp.header import ContentHeader
 
+from stomp_bridge.amqp import internals
 from stomp_bridge.amqp.codec import encode_ack, encode_nack, encode_publish
-from stomp_bridge.amqp.pool import AmqpPool, SharedConnection
-from stomp_bridge.amqp.reader import ChannelHooks, DeliveryHook, Hooks, current_hooks, install
+from stomp_bridge.amqp.connect import install, pool_for
 from stomp_bridge.amqp.endpoints import Endpoints
+from stomp_bridge.amqp.errors import broker_error
+from stomp_bridge.amqp.pool import AmqpPool, SharedConnection
+from stomp_bridge.amqp.reader import ChannelHooks, DeliveryHook
 from stomp_bridge.protocol.dialect import Dialect, version_tuple
-from stomp_bridge.protocol.errors import AccessRefused, BrokerError, ProtocolError, StompError
+from stomp_bridge.protocol.errors import BrokerError, ProtocolError, StompError
 
 log = logging.getLogger(__name__)
 
 AUTO_ACK_DELAY = 0.02  # seconds an ack:auto delivery may wait for its ack to share a frame
 
+__all__ = ["AUTO_ACK_DELAY", "AmqpSession", "broker_error", "properties_dict"]
 
-def _table_integer_as_long(value: int) -> bytes:
-    """Encode every integer in an AMQP field table as a signed 64-bit long.
-
-    pamqp picks the smallest type (``x-max-length: 10`` as a byte), but
-    RabbitMQ compares argument *types* when a queue is declared again, and the
-    STOMP plugin sends longs: a queue the plugin declared would otherwise be
-    "inequivalent" when the bridge declares it, and the other way round.
-    """
-    if -(1 << 63) <= value < (1 << 63):
-        return b"l" + pamqp.encode.long_long_int(value)
-    raise TypeError(f"Unsupported numeric value: {value}")
-
-
-pamqp.encode.table_integer = _table_integer_as_long
-BULK_READER = install()
-
-
-def broker_error(exc: BaseException) -> StompError:
-    """Turn an aiormq exception into the ERROR the plugin would send.
-
-    The plugin names the AMQP error (``not_found``, ``precondition_failed`` …)
-    in the ``message`` header and quotes RabbitMQ's reply text in the body.
-    """
-    if isinstance(exc, StompError):
-        return exc
-    text = ""
-    for arg in exc.args:  # aiormq puts the reply text first or after the reply code
-        candidate = getattr(arg, "reply_text", arg)
-        if isinstance(candidate, str) and candidate:
-            text = candidate
-            break
-    if " - " in text:
-        name = text.split(" - ", 1)[0].strip().lower()
-        return BrokerError(name, text)
-    if isinstance(exc, (amqp_exc.AMQPConnectionError, ConnectionError, OSError)):
-        return BrokerError(
-            "Broker connection lost",
-            f"The connection to RabbitMQ closed ({exc!r}). Reconnect to retry.",
-        )
-    return BrokerError("Processing error", text or repr(exc))
-
-
-def _vhost_url(base_url: str, login: str, passcode: str, vhost: str) -> str:
-    """The broker URL with the STOMP client's own credentials and vhost."""
-    parts = urllib.parse.urlsplit(base_url)
-    host = parts.hostname or "localhost"
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = (
-        f"{urllib.parse.quote(login, safe='')}:{urllib.parse.quote(passcode, safe='')}@{host}"
-    )
-    if parts.port:
-        netloc += f":{parts.port}"
-    path = "/" + urllib.parse.quote(vhost, safe="")
-    return urllib.parse.urlunsplit((parts.scheme, netloc, path, parts.query, ""))
+install()  # still at import; the next step moves it to the bridge's start
 
 
 _PROPERTY_FIELDS = frozenset(spec.Basic.Properties.__slots__)
@@ -141,237 +88,6 @@ def properties_dict(props: spec.Basic.Properties) -> dict[str, Any]:
     return out
 
 
-def pool_for(endpoints: Endpoints, heartbeat: int = 60, timeout: float = 10.0, **options: Any) -> AmqpPool:
-    """The pool of shared connections to ``endpoints`` (created on first use).
-
-    The server creates it with the settings; a session made without a server
-    (tests) gets one with defaults.
-    """
-    pool = getattr(endpoints, "pool", None)
-    if pool is None:
-        async def opener(
-            login: str, passcode: str, vhost: str, client_name: str, **tls: Any
-        ) -> tuple[aiormq.Connection, Hooks]:
-            return await connect_any(endpoints, login, passcode, vhost, client_name, heartbeat, timeout, **tls)
-
-        async def checker(login: str, passcode: str, vhost: str, client_name: str, **tls: Any) -> None:
-            await check_login(endpoints, login, passcode, vhost, client_name, timeout, **tls)
-
-        pool = AmqpPool(opener, checker, **options)
-        endpoints.pool = pool  # type: ignore[attr-defined]
-    return pool
-
-
-# RabbitMQ reads at most this much of a frame before a client has logged in (FRAME_MIN_SIZE:
-# 8192 bytes since 4.0.8 and 4.1.0, for JWT tokens; 4096 before) and resets a connection whose
-# connection.start-ok, which carries the login and passcode, is larger.
-PRE_LOGIN_FRAME_MAX = 8192
-PRE_LOGIN_FRAME_MAX_BEFORE_4_1 = 4096
-
-
-def start_ok_size(login: str, passcode: str, client_name: str) -> int:
-    """Bytes of the connection.start-ok frame aiormq sends for this login (PLAIN)."""
-    properties = {
-        "platform": aiormq_connection.PLATFORM, "version": aiormq_connection.__version__,
-        "product": "stomp-bridge", "information": "See https://github.com/mosquito/aiormq/",
-        "capabilities": {name: True for name in (
-            "authentication_failure_close", "basic.nack", "connection.blocked",
-            "consumer_cancel_notify", "publisher_confirms")},
-        "connection_name": client_name,
-    }
-    method = spec.Connection.StartOk(
-        client_properties=properties, mechanism="PLAIN", response=f"\0{login}\0{passcode}",
-    )
-    return len(pamqp.frame.marshal(method, 0))
-
-
-def _credentials_too_long(login: str, size: int, limit: int) -> AccessRefused:
-    return AccessRefused(
-        "Bad CONNECT",
-        f"Access refused for user '{login}': the login and passcode take {size} bytes of "
-        f"RabbitMQ's AMQP login frame, over the {limit} bytes it reads before a login succeeds "
-        "(RabbitMQ 4.1+; 4096 before). Use a shorter passcode or token.",
-    )
-
-
-async def connect_any(
-    endpoints: Endpoints, login: str, passcode: str, vhost: str, client_name: str, heartbeat: int,
-    timeout: float, context: ssl.SSLContext | None = None, external: bool = False,
-) -> tuple[aiormq.Connection, Hooks]:
-    """Log in as the STOMP user on the first RabbitMQ node that answers (see _first_node)."""
-    return await _first_node(
-        endpoints, login, passcode, client_name, external,
-        lambda url: _connect(url, login, passcode, vhost, client_name, heartbeat, timeout, context, external),
-    )
-
-
-async def check_login(
-    endpoints: Endpoints, login: str, passcode: str, vhost: str, client_name: str, timeout: float,
-    context: ssl.SSLContext | None = None, external: bool = False,
-) -> None:
-    """RabbitMQ's verdict on a login, and no connection kept: the AMQP handshake up to
-    connection.open-ok (the vhost check), then connection.close. Half the CPU of an aiormq
-    connection opened and closed (0.9 against 1.6 ms, measured); raises RabbitMQ's refusal."""
-    await _first_node(
-        endpoints, login, passcode, client_name, external,
-        lambda url: asyncio.wait_for(_handshake(url, login, passcode, vhost, client_name, context, external), timeout),
-    )
-
-
-async def _first_node(
-    endpoints: Endpoints, login: str, passcode: str, client_name: str, external: bool,
-    attempt: Callable[[str], Awaitable[Any]],
-) -> Any:
-    """``attempt(url)`` on the first RabbitMQ node that answers.
-
-    A node that cannot be reached is skipped (and backs off); a refused
-    login or vhost is the client's answer, from whichever node gave it. So is a login
-    too long for RabbitMQ's pre-login frame limit: RabbitMQ resets the connection, which
-    must not count against the node (any client could otherwise mark nodes down).
-    """
-    size = 0 if external else start_ok_size(login, passcode, client_name)
-    if size > PRE_LOGIN_FRAME_MAX:
-        raise _credentials_too_long(login, size, PRE_LOGIN_FRAME_MAX)
-    failures = []
-    for index in endpoints.order():
-        try:
-            result = await attempt(endpoints.urls[index])
-        except AccessRefused:
-            endpoints.succeeded(index)
-            raise
-        except (OSError, EOFError, amqp_exc.AMQPError, asyncio.TimeoutError) as exc:
-            if size > PRE_LOGIN_FRAME_MAX_BEFORE_4_1 and isinstance(
-                exc, (amqp_exc.AMQPConnectionError, ConnectionError, EOFError)
-            ):
-                # An older broker (4096 bytes) reset the connection at our start-ok.
-                raise _credentials_too_long(login, size, PRE_LOGIN_FRAME_MAX_BEFORE_4_1) from exc
-            endpoints.failed(index)
-            host, port = endpoints.address(index)
-            failures.append(f"{host}:{port}: {exc!r}")
-            continue
-        endpoints.succeeded(index)
-        return result
-    raise BrokerError(
-        "Broker unavailable",
-        f"None of the {len(endpoints.urls)} RabbitMQ node(s) answered; try again later.",
-        private="; ".join(failures),
-    )
-
-
-async def _handshake(
-    base_url: str, login: str, passcode: str, vhost: str, client_name: str,
-    context: ssl.SSLContext | None, external: bool,
-) -> None:
-    """One AMQP login on one node with pamqp's codec and a plain stream: start, start-ok, tune,
-    tune-ok, open (the vhost), close. Refusals become the same AccessRefused as _connect's."""
-    parts = urllib.parse.urlsplit(base_url)
-    tls = parts.scheme == "amqps"
-    host = parts.hostname or "localhost"
-    if tls and context is None:
-        context = ssl.create_default_context()
-    reader, writer = await asyncio.open_connection(
-        host, parts.port or (5671 if tls else 5672), ssl=context if tls else None,
-        server_hostname=host if tls else None,
-    )
-    buffer = bytearray()
-
-    async def receive() -> Any:
-        while True:
-            if len(buffer) >= 8:
-                try:
-                    used, _, frame = pamqp.frame.unmarshal(bytes(buffer))
-                except pamqp_exceptions.UnmarshalingException:
-                    pass  # not all of it yet
-                else:
-                    del buffer[:used]
-                    return frame
-            data = await reader.read(65536)
-            if not data:
-                raise ConnectionError("RabbitMQ closed the connection during the login")
-            buffer.extend(data)
-
-    def send(method: Any) -> None:
-        writer.write(pamqp.frame.marshal(method, 0))
-
-    try:
-        writer.write(pamqp.header.ProtocolHeader().marshal())
-        start = await receive()
-        mechanism = "EXTERNAL" if external else "PLAIN"
-        offered = start.mechanisms.decode() if isinstance(start.mechanisms, bytes) else str(start.mechanisms)
-        if mechanism not in offered.split():
-            raise AccessRefused(
-                "Bad CONNECT", f"Access refused for user '{login}'",
-                private=f"RabbitMQ does not offer {mechanism} ({offered}); for EXTERNAL enable "
-                "rabbitmq_auth_mechanism_ssl and add 'EXTERNAL' to auth_mechanisms",
-            )
-        send(spec.Connection.StartOk(
-            client_properties={"connection_name": client_name, "product": "stomp-bridge",
-                               "capabilities": {"authentication_failure_close": True}},
-            mechanism=mechanism, response="" if external else f"\0{login}\0{passcode}",
-        ))
-        tune = await receive()
-        if isinstance(tune, spec.Connection.Close):
-            raise AccessRefused("Bad CONNECT", f"Access refused for user '{login}'", private=tune.reply_text)
-        send(spec.Connection.TuneOk(channel_max=tune.channel_max, frame_max=tune.frame_max, heartbeat=0))
-        try:
-            send(spec.Connection.Open(virtual_host=vhost))
-        except ValueError as exc:  # a vhost name AMQP cannot carry (over 127 bytes)
-            raise AccessRefused("Bad CONNECT", f"Virtual host '{vhost[:200]}' access denied", private=str(exc)) from exc
-        opened = await receive()
-        if isinstance(opened, spec.Connection.Close):
-            raise AccessRefused("Bad CONNECT", f"Virtual host '{vhost}' access denied", private=opened.reply_text)
-        send(spec.Connection.Close(reply_code=200, reply_text="login checked", class_id=0, method_id=0))
-        await receive()  # close-ok
-    finally:
-        writer.close()
-
-
-async def _connect(
-    base_url: str, login: str, passcode: str, vhost: str, client_name: str, heartbeat: int,
-    timeout: float, context: ssl.SSLContext | None = None, external: bool = False,
-) -> tuple[aiormq.Connection, Hooks]:
-    url = _vhost_url(base_url, login, passcode, vhost)
-    sep = "&" if "?" in url else "?"
-    url += f"{sep}heartbeat={heartbeat}"
-    if external:  # the user comes from the certificate in ``context`` (rabbitmq_auth_mechanism_ssl)
-        url += "&auth=external"
-    hooks = Hooks()
-    token = current_hooks.set(hooks)
-    try:
-        connection = await asyncio.wait_for(
-            aiormq.connect(
-                url,
-                client_properties={"connection_name": client_name, "product": "stomp-bridge"},
-                context=context,
-            ),
-            timeout,
-        )
-    except amqp_exc.AuthenticationError as exc:  # the broker does not offer the mechanism
-        raise AccessRefused(
-            "Bad CONNECT",
-            f"Access refused for user '{login}'",
-            private=f"RabbitMQ does not offer this login mechanism ({exc}); for EXTERNAL enable "
-            "rabbitmq_auth_mechanism_ssl and add 'EXTERNAL' to auth_mechanisms",
-        ) from exc
-    except amqp_exc.ProbableAuthenticationError as exc:
-        raise AccessRefused(
-            "Bad CONNECT", f"Access refused for user '{login}'", private=str(exc)
-        ) from exc
-    except (amqp_exc.InvalidFrameError, amqp_exc.ConnectionNotAllowed) as exc:
-        # RabbitMQ answers connection.open on an unknown or forbidden vhost
-        # with connection.close (NOT_ALLOWED).
-        raise AccessRefused(
-            "Bad CONNECT", f"Virtual host '{vhost}' access denied", private=str(exc)
-        ) from exc
-    except ValueError as exc:  # pamqp refuses a vhost name AMQP cannot carry (over 127 bytes)
-        raise AccessRefused(
-            "Bad CONNECT", f"Virtual host '{vhost[:200]}' access denied", private=str(exc)
-        ) from exc
-    finally:
-        current_hooks.reset(token)
-    return connection, hooks
-
-
 class AmqpSession:
     """The channel that serves one STOMP connection, on a shared AMQP connection."""
 
@@ -380,7 +96,7 @@ class AmqpSession:
         "publish_seq", "_batch", "_channel_number", "_frame_max", "on_delivery", "on_confirm",
         "on_closed", "on_cancelled", "on_batch_end", "_hooks", "_closing", "_prefetch",
         "_auto_tags", "_auto_pending", "_individual", "_auto_window", "_gate", "_gate_open",
-        "_waiter", "_auto_flush_at", "_ack_timer", "_rpcs", "_lost", "_consuming",
+        "_waiter", "_auto_flush_at", "_ack_timer", "_rpcs", "_lost", "_consuming", "_write_queue",
     )
 
     def __init__(
@@ -390,6 +106,7 @@ class AmqpSession:
         self.shared = shared
         connection = shared.connection
         self.connection = connection
+        self._write_queue = internals.write_queue(connection)
         self.channel = channel
         version = connection.server_properties.get("version", "0")
         self.broker_version_text = version.decode() if isinstance(version, bytes) else str(version)
@@ -426,8 +143,7 @@ class AmqpSession:
             self._hooks = ChannelHooks(self._deliver, self._confirm, self._batch_end)
             shared.hooks.channels[channel.number] = self._hooks
         shared.sessions[channel.number] = self
-        channel._on_deliver_frame = self._on_deliver_frame  # type: ignore[method-assign]
-        channel._on_confirm_frame = self._on_confirm_frame  # type: ignore[method-assign]
+        internals.override_channel(channel, self._on_deliver_frame, self._on_confirm_frame)
         channel.on_consumer_cancel_callbacks.add(self._on_cancel)
         channel.closing.add_done_callback(self._on_channel_closing)
 
@@ -459,7 +175,7 @@ class AmqpSession:
             if isinstance(exc, (amqp_exc.AMQPError, ConnectionError, RuntimeError, asyncio.TimeoutError)):
                 raise broker_error(exc) from exc
             raise
-        return cls(pool, shared, channel, BULK_READER)
+        return cls(pool, shared, channel, internals.bulk_reader())
 
     # -- the lean per-message paths -------------------------------------------------
 
@@ -508,11 +224,7 @@ class AmqpSession:
         # this write: when RabbitMQ stops reading (a resource alarm blocks
         # publishers), its queue fills and this flush waits, so the session stops
         # reading from the client instead of buffering without bound.
-        frame = ChannelFrame(
-            payload=b"".join(self._batch),
-            should_close=False,
-            drain_future=self.connection.loop.create_future(),
-        )
+        frame = internals.channel_frame(b"".join(self._batch), self.connection.loop.create_future())
         self._batch.clear()
         await self._put(frame)
 
@@ -527,7 +239,7 @@ class AmqpSession:
         transport = self.shared.hooks.transport
         if (
             transport is None
-            or self.connection.write_queue.qsize()
+            or self._write_queue.qsize()
             or transport.get_write_buffer_size()
             or transport.is_closing()
         ):
@@ -546,8 +258,8 @@ class AmqpSession:
         queues) outlives this session unless deleted; and this channel still works."""
         return len(self.shared.sessions) > 1 and not self._dead()
 
-    async def _put(self, frame: ChannelFrame) -> None:
-        queue = self.connection.write_queue
+    async def _put(self, frame: Any) -> None:
+        queue = self._write_queue
         try:
             queue.put_nowait(frame)
         except asyncio.QueueFull:
@@ -619,11 +331,11 @@ class AmqpSession:
         if self._write_now([frame.payload]):
             return
         try:
-            self.connection.write_queue.put_nowait(frame)
+            self._write_queue.put_nowait(frame)
         except asyncio.QueueFull:
             self._waiter = asyncio.ensure_future(self._put_later(frame))
 
-    def _auto_ack_frame(self) -> ChannelFrame:
+    def _auto_ack_frame(self) -> Any:
         pending, self._auto_pending = self._auto_pending, []
         if self._ack_timer is not None:
             self._ack_timer.cancel()
@@ -633,9 +345,9 @@ class AmqpSession:
             payload = b"".join([encode_ack(number, tag, False) for tag in pending])
         else:
             payload = encode_ack(number, pending[-1], True)
-        return ChannelFrame(payload=payload, should_close=False)
+        return internals.channel_frame(payload)
 
-    async def _put_later(self, frame: ChannelFrame) -> None:
+    async def _put_later(self, frame: Any) -> None:
         try:
             if not self._dead():
                 await self._put(frame)
@@ -659,14 +371,11 @@ class AmqpSession:
             self._release_auto()
 
     async def _on_deliver_frame(self, frame: spec.Basic.Deliver) -> None:
-        header = await self.channel._get_frame()
-        if not isinstance(header, ContentHeader):
-            raise amqp_exc.InvalidFrameError(f"expected a content header, got {header!r}")
-        message = await self.channel._read_content(frame, header)
+        header, body = await internals.read_content(self.channel, frame)
         self._deliver(
             frame.consumer_tag or "", frame.delivery_tag or 0, bool(frame.redelivered),
             frame.exchange or "", frame.routing_key or "", properties_dict(header.properties),
-            message.body,
+            body,
         )
         self._batch_end()
 
@@ -865,9 +574,9 @@ class AmqpSession:
         if self._dead() or self._write_now(self._batch):
             self._batch.clear()
             return
-        frame = ChannelFrame(payload=b"".join(self._batch), should_close=False)
+        frame = internals.channel_frame(b"".join(self._batch))
         try:
-            self.connection.write_queue.put_nowait(frame)
+            self._write_queue.put_nowait(frame)
         except asyncio.QueueFull:
             return
         self._batch.clear()
