@@ -53,7 +53,7 @@ from pamqp import commands as spec
 
 from stomp_bridge.amqp import internals
 from stomp_bridge.amqp.codec import encode_ack, encode_nack, encode_publish
-from stomp_bridge.amqp.connect import install, pool_for
+from stomp_bridge.amqp.connect import pool_for
 from stomp_bridge.amqp.endpoints import Endpoints
 from stomp_bridge.amqp.errors import broker_error
 from stomp_bridge.amqp.pool import AmqpPool, SharedConnection
@@ -66,8 +66,6 @@ log = logging.getLogger(__name__)
 AUTO_ACK_DELAY = 0.02  # seconds an ack:auto delivery may wait for its ack to share a frame
 
 __all__ = ["AUTO_ACK_DELAY", "AmqpSession", "broker_error", "properties_dict"]
-
-install()  # still at import; the next step moves it to the bridge's start
 
 
 _PROPERTY_FIELDS = frozenset(spec.Basic.Properties.__slots__)

@@ -17,6 +17,7 @@ import ssl
 from typing import Any
 
 from stomp_bridge.amqp.channel import pool_for
+from stomp_bridge.amqp.connect import install as install_amqp
 from stomp_bridge.amqp.endpoints import Endpoints
 from stomp_bridge.http import OpsServer
 from stomp_bridge.metrics import Metrics
@@ -111,6 +112,7 @@ class BridgeServer:
     async def start(self) -> None:
         s = self.settings
         _raise_fd_limit()
+        install_amqp()  # once per process, idempotent: see stomp_bridge.amqp.internals.install
         if s.port is not None:
             self._server = await asyncio.start_server(self._handle, s.host, s.port, limit=READ_SIZE)
             self._listeners.append(self._server)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import subprocess
+import sys
 
 import aiormq
 import aiormq.abc
@@ -127,3 +129,87 @@ def test_pamqp_table_integer_is_the_encoding_point() -> None:
     assert internals.table_integer_as_long(10) == b"l" + (10).to_bytes(8, "big", signed=True)
     with pytest.raises(TypeError):
         internals.table_integer_as_long(1 << 63)
+
+
+# -- nothing at import, everything once a bridge starts ------------------------------------------
+
+_CHECK_IMPORT = r'''
+import importlib, pkgutil, sys
+import aiormq.connection, pamqp.encode
+stock_integer, stock_receiver = pamqp.encode.table_integer, aiormq.connection.FrameReceiver
+import stomp_bridge
+skip = {"stomp_bridge.spark", "stomp_bridge.containers", "stomp_bridge.__main__"}
+imported = []
+for info in pkgutil.walk_packages(stomp_bridge.__path__, "stomp_bridge."):
+    if any(info.name == s or info.name.startswith(s + ".") for s in skip):
+        continue
+    importlib.import_module(info.name)
+    imported.append(info.name)
+assert "stomp_bridge.amqp.channel" in imported and "stomp_bridge.transport.server" in imported, imported
+assert pamqp.encode.table_integer is stock_integer, "importing stomp_bridge replaced pamqp.encode.table_integer"
+assert aiormq.connection.FrameReceiver is stock_receiver, "importing stomp_bridge replaced aiormq's FrameReceiver"
+print("untouched", len(imported))
+'''
+
+_CHECK_START = r'''
+import asyncio
+import pamqp.frame
+from pamqp import commands as spec
+from stomp_bridge.settings import Settings
+from stomp_bridge.transport.server import BridgeServer
+from stomp_bridge.amqp import internals
+
+def declared() -> bytes:
+    return pamqp.frame.marshal(spec.Queue.Declare(queue="q", arguments={"x-max-length": 10}), 1)
+
+assert b"x-max-lengthb\n" in declared(), "pamqp's own encoding (a byte) before the bridge starts"
+
+async def main() -> None:
+    server = BridgeServer(Settings(amqp_url="amqp://guest:guest@127.0.0.1:1/", host="127.0.0.1", port=0,
+                                   http_port=None, ws_port=None))
+    await server.start()
+    try:
+        assert internals.installed(), "BridgeServer.start did not install the bridge's AMQP behaviour"
+        assert b"x-max-lengthl" + (10).to_bytes(8, "big") in declared(), declared()
+    finally:
+        await server.close()
+
+asyncio.run(main())
+print("long")
+'''
+
+
+def _run(code: str) -> str:
+    """A fresh interpreter: this process's pamqp may already be installed by another test."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_importing_stomp_bridge_leaves_aiormq_and_pamqp_untouched() -> None:
+    assert _run(_CHECK_IMPORT).startswith("untouched")
+
+
+def test_after_the_bridge_starts_a_queue_argument_is_encoded_as_a_long() -> None:
+    assert _run(_CHECK_START).strip() == "long"
+
+
+def test_install_is_idempotent() -> None:
+    """BridgeServer.start installs every time a bridge starts in the process (tests start many)."""
+    from stomp_bridge.amqp.connect import install
+    from stomp_bridge.amqp.reader import BulkFrameReceiver
+
+    assert install() is True
+    assert install() is True
+    assert aiormq.connection.FrameReceiver is BulkFrameReceiver
+    assert pamqp.encode.table_integer is internals.table_integer_as_long
+    assert internals.installed()
+
+
+def test_install_leaves_aiormq_alone_for_a_receiver_that_is_not_its_subclass() -> None:
+    class Unrelated:
+        pass
+
+    before = aiormq.connection.FrameReceiver
+    internals.install(Unrelated)
+    assert aiormq.connection.FrameReceiver is before
