@@ -54,6 +54,7 @@ from pamqp import commands as spec
 from stomp_bridge.amqp import internals
 from stomp_bridge.amqp.codec import encode_ack, encode_nack, encode_publish
 from stomp_bridge.amqp.connect import pool_for
+from stomp_bridge.amqp.delivery import Delivery
 from stomp_bridge.amqp.endpoints import Endpoints
 from stomp_bridge.amqp.errors import broker_error
 from stomp_bridge.amqp.pool import AmqpPool, SharedConnection
@@ -65,7 +66,7 @@ log = logging.getLogger(__name__)
 
 AUTO_ACK_DELAY = 0.02  # seconds an ack:auto delivery may wait for its ack to share a frame
 
-__all__ = ["AUTO_ACK_DELAY", "AmqpSession", "broker_error", "properties_dict"]
+__all__ = ["AUTO_ACK_DELAY", "AmqpSession", "Delivery", "broker_error", "properties_dict"]
 
 
 _PROPERTY_FIELDS = frozenset(spec.Basic.Properties.__slots__)
@@ -271,15 +272,12 @@ class AmqpSession:
                     "Broker connection lost", "The connection to RabbitMQ closed; reconnect to retry."
                 )
 
-    def _deliver(
-        self, consumer_tag: str, delivery_tag: int, redelivered: bool, exchange: str,
-        routing_key: str, properties: dict[str, Any], body: bytes,
-    ) -> None:
+    def _deliver(self, delivery: Delivery) -> None:
         callback = self.on_delivery
         if callback is not None:
-            callback(consumer_tag, delivery_tag, redelivered, exchange, routing_key, properties, body)
-        if consumer_tag in self._auto_tags:
-            self._auto_pending.append(delivery_tag)
+            callback(delivery)
+        if delivery.consumer_tag in self._auto_tags:
+            self._auto_pending.append(delivery.delivery_tag)
 
     def _confirm(self, delivery_tag: int, multiple: bool, nack: bool) -> None:
         callback = self.on_confirm
@@ -370,11 +368,11 @@ class AmqpSession:
 
     async def _on_deliver_frame(self, frame: spec.Basic.Deliver) -> None:
         header, body = await internals.read_content(self.channel, frame)
-        self._deliver(
+        self._deliver(Delivery(
             frame.consumer_tag or "", frame.delivery_tag or 0, bool(frame.redelivered),
             frame.exchange or "", frame.routing_key or "", properties_dict(header.properties),
             body,
-        )
+        ))
         self._batch_end()
 
     async def _on_confirm_frame(self, frame: spec.Basic.Ack | spec.Basic.Nack) -> None:
@@ -520,17 +518,17 @@ class AmqpSession:
     async def cancel(self, consumer_tag: str) -> None:
         await self._rpc(self.channel.basic_cancel, consumer_tag)
 
-    async def get(self, queue: str) -> tuple[int, bool, str, str, dict[str, Any], bytes] | None:
-        """basic.get without auto-ack (browsing): (delivery tag, redelivered, exchange, routing
-        key, properties, body), or None when the queue is empty."""
+    async def get(self, queue: str) -> Delivery | None:
+        """basic.get without auto-ack (browsing), or None when the queue is empty; the
+        delivery's consumer tag is empty."""
         self._check_exclusive(queue)
         self._individual = True  # a multiple ack of our own would take the browsed messages
         message = await self._rpc(self.channel.basic_get, queue, no_ack=False)
         frame = message.delivery
         if not isinstance(frame, spec.Basic.GetOk):
             return None
-        return (
-            frame.delivery_tag or 0, bool(frame.redelivered), frame.exchange or "",
+        return Delivery(
+            "", frame.delivery_tag or 0, bool(frame.redelivered), frame.exchange or "",
             frame.routing_key or "", properties_dict(message.header.properties), message.body,
         )
 

@@ -31,6 +31,7 @@ import pamqp.frame
 from pamqp.heartbeat import Heartbeat
 
 from stomp_bridge.amqp import internals
+from stomp_bridge.amqp.delivery import Delivery
 from stomp_bridge.amqp.codec import (
     BASIC_ACK,
     BASIC_DELIVER,
@@ -49,7 +50,8 @@ FRAME_END = 0xCE
 _ALIVE = (0, 0, Heartbeat())  # what aiormq gets in place of frames the direct path took
 CHANNEL_CLOSE = (20, 40)
 
-DeliveryHook = Callable[[str, int, bool, str, str, dict[str, Any], bytes], None]
+DeliveryHook = Callable[[Delivery], None]
+_new_tuple = tuple.__new__  # a Delivery without NamedTuple.__new__'s keyword handling
 ConfirmHook = Callable[[int, bool, bool], None]
 
 
@@ -196,7 +198,7 @@ class BulkFrameReceiver(internals.FrameReceiver):
         parts = pending[3]
         body = parts[0] if len(parts) == 1 else b"".join(parts)
         if target.on_delivery is not None:
-            self._call(target.on_delivery, *pending[0], pending[1], body)
+            self._call(target.on_delivery, _new_tuple(Delivery, (*pending[0], pending[1], body)))
 
     @staticmethod
     def _call(hook: Callable[..., None], *args: Any) -> None:

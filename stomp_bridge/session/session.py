@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from stomp_bridge import __version__
 from stomp_bridge.session import extensions as ext
 from stomp_bridge.amqp.channel import AmqpSession, broker_error
+from stomp_bridge.amqp.delivery import Delivery
 from stomp_bridge.amqp.endpoints import Endpoints
 from stomp_bridge.logs import log_frame
 from stomp_bridge.metrics import Counters
@@ -630,10 +631,8 @@ class Session:
 
     # -- deliveries ---------------------------------------------------------------
 
-    def _on_delivery(
-        self, tag: str, delivery_tag: int, redelivered: bool, exchange: str, routing_key: str,
-        properties: dict[str, Any], body: bytes,
-    ) -> None:
+    def _on_delivery(self, delivery: Delivery) -> None:
+        tag, delivery_tag, redelivered, exchange, routing_key, properties, body = delivery
         sub = self.subscriptions.get(tag)
         if sub is None or self.closed:
             return
