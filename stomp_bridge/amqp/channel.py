@@ -19,17 +19,11 @@ a random ``message_id`` per publish and a task per delivery:
 Every aiormq internal those paths use goes through ``internals.py``.
 
 Backpressure without pausing a shared socket: every consumer acknowledges.
-A client-ack subscription is bounded by its prefetch-count (and by the
-channel-wide limit below); an ``ack:auto`` subscription is consumed with
-manual acks and a prefetch of ``auto_ack_window``, and the bridge acks its
-deliveries once they are in the client's socket buffer and that buffer is
-below ``write_buffer_high``. A client that stops reading therefore stops only
-its own channel, with at most the window buffered in the bridge, while other
-sessions on the connection go on. Those acks go out in one frame when a
-quarter of the window is pending or ``AUTO_ACK_DELAY`` after the first of
-them: one frame per delivery would cost RabbitMQ and the bridge a write each
-(a third of the writes of a request/reply round trip), while a crash in
-between only redelivers what the client may already hold, as any lost ack does.
+A client-ack subscription is bounded by its prefetch-count or its window (see
+the session); an ``ack:auto`` subscription is consumed with manual acks and a
+prefetch of ``auto_ack_window``, which the bridge acknowledges while the
+client's socket keeps up: ``autoack.py`` holds that rule (which tags, when to
+flush, when to hold), this module its timer, its waits and its writes.
 
 A closed channel is never reopened. RabbitMQ closes a channel on a channel
 error (404, 403, 406 …), and that ends the STOMP session with the reason, as
@@ -52,6 +46,7 @@ import aiormq.exceptions as amqp_exc
 from pamqp import commands as spec
 
 from stomp_bridge.amqp import internals
+from stomp_bridge.amqp.autoack import ARM_TIMER, AUTO_ACK_DELAY, HOLD, NOTHING, RELEASE, AutoAck
 from stomp_bridge.amqp.codec import encode_ack, encode_nack, encode_publish
 from stomp_bridge.amqp.connect import pool_for
 from stomp_bridge.amqp.delivery import Delivery
@@ -63,8 +58,6 @@ from stomp_bridge.protocol.dialect import Dialect, version_tuple
 from stomp_bridge.protocol.errors import BrokerError, ProtocolError, StompError
 
 log = logging.getLogger(__name__)
-
-AUTO_ACK_DELAY = 0.02  # seconds an ack:auto delivery may wait for its ack to share a frame
 
 __all__ = ["AUTO_ACK_DELAY", "AmqpSession", "Delivery", "broker_error", "properties_dict"]
 
@@ -94,8 +87,8 @@ class AmqpSession:
         "pool", "shared", "connection", "channel", "broker_version_text", "broker_version", "dialect",
         "publish_seq", "_batch", "_channel_number", "_frame_max", "on_delivery", "on_confirm",
         "on_closed", "on_cancelled", "on_batch_end", "_hooks", "_closing", "_prefetch",
-        "_auto_tags", "_auto_pending", "_individual", "_auto_window", "_gate", "_gate_open",
-        "_waiter", "_auto_flush_at", "_ack_timer", "_rpcs", "_lost", "_consuming", "_write_queue",
+        "_auto", "_gate", "_gate_open", "_waiter", "_ack_timer", "_rpcs", "_lost", "_consuming",
+        "_write_queue",
     )
 
     def __init__(
@@ -125,12 +118,8 @@ class AmqpSession:
         self._lost: BaseException | None = None  # a close that an RPC in flight will report
         self._prefetch = 0  # the per-consumer prefetch the channel applies to new consumers
         self._consuming = asyncio.Lock()  # a qos and its consume, one pair at a time
-        # ack:auto consumers, acknowledged by the bridge (see the module docstring).
-        self._auto_tags: set[str] = set()
-        self._auto_pending: list[int] = []
-        self._individual = False  # a client-ack consumer exists: no multiple acks of our own
-        self._auto_window = pool.auto_ack_window
-        self._auto_flush_at = max(1, self._auto_window // 4)
+        # ack:auto consumers, acknowledged by the bridge (autoack.py).
+        self._auto = AutoAck(pool.auto_ack_window)
         self._ack_timer: asyncio.TimerHandle | None = None
         self._gate: Callable[[], Awaitable[None]] | None = None
         self._gate_open: Callable[[], bool] | None = None
@@ -190,18 +179,14 @@ class AmqpSession:
         return self.publish_seq
 
     def ack(self, delivery_tag: int, multiple: bool = False) -> None:
-        if multiple and self._auto_pending:
-            # RabbitMQ counts our pending ack:auto deliveries in this multiple ack.
-            self._auto_pending = [tag for tag in self._auto_pending if tag > delivery_tag]
+        if multiple:  # RabbitMQ counts our pending ack:auto deliveries in this multiple ack
+            self._auto.client_acked(delivery_tag, multiple)
         self._batch.append(encode_ack(self._channel_number, delivery_tag, multiple))
 
     def nack(self, delivery_tag: int, multiple: bool = False, requeue: bool = True) -> None:
-        if multiple and self._auto_pending:
-            # A multiple nack would requeue ack:auto deliveries the client already has: ack them first.
-            for tag in self._auto_pending:
-                if tag < delivery_tag:
-                    self._batch.append(encode_ack(self._channel_number, tag, False))
-            self._auto_pending = [tag for tag in self._auto_pending if tag > delivery_tag]
+        if multiple:  # it would requeue ack:auto deliveries the client already has: ack them first
+            for tag in self._auto.client_nacked(delivery_tag, multiple):
+                self._batch.append(encode_ack(self._channel_number, tag, False))
         self._batch.append(encode_nack(self._channel_number, delivery_tag, multiple, requeue))
 
     async def flush(self) -> None:
@@ -276,8 +261,7 @@ class AmqpSession:
         callback = self.on_delivery
         if callback is not None:
             callback(delivery)
-        if delivery.consumer_tag in self._auto_tags:
-            self._auto_pending.append(delivery.delivery_tag)
+        self._auto.delivered(delivery.consumer_tag, delivery.delivery_tag)
 
     def _confirm(self, delivery_tag: int, multiple: bool, nack: bool) -> None:
         callback = self.on_confirm
@@ -300,28 +284,31 @@ class AmqpSession:
         self._settle_auto(False)
 
     def _settle_auto(self, now: bool) -> None:
-        """Ack what the client's socket has taken, hold while it is full (see the module docstring)."""
-        if self._waiter is not None or self._closing:
+        """Do what the ack:auto window asks (autoack.py): ack what the client's socket has
+        taken, arm the timer, or hold while that socket is full."""
+        auto = self._auto
+        if self._closing or not auto.pending:
             return
         gate_open = self._gate_open
-        if gate_open is not None and not gate_open():
-            if self._auto_pending and not self._dead():
-                self._waiter = asyncio.ensure_future(self._hold_until_writable())
+        step = auto.settle(now, gate_open is None or gate_open())
+        if step is NOTHING:
             return
-        pending = self._auto_pending
-        if pending:
-            if now or len(pending) >= self._auto_flush_at:
-                self._release_auto()
-            elif self._ack_timer is None:
-                self._ack_timer = self.connection.loop.call_later(AUTO_ACK_DELAY, self._ack_timer_fired)
+        if step is RELEASE:
+            self._release_auto()
+        elif step is ARM_TIMER:
+            self._ack_timer = self.connection.loop.call_later(AUTO_ACK_DELAY, self._ack_timer_fired)
+        elif step is HOLD and not self._dead():
+            auto.hold()
+            self._waiter = asyncio.ensure_future(self._hold_until_writable())
 
     def _ack_timer_fired(self) -> None:
         self._ack_timer = None
+        self._auto.timer_fired()
         self._settle_auto(True)
 
     def _release_auto(self) -> None:
         """Ack the ack:auto deliveries the client's socket has taken."""
-        if self._waiter is not None or self._closing or self._dead():
+        if self._auto.blocked or self._closing or self._dead():
             return
         frame = self._auto_ack_frame()
         if self._write_now([frame.payload]):
@@ -329,19 +316,16 @@ class AmqpSession:
         try:
             self._write_queue.put_nowait(frame)
         except asyncio.QueueFull:
+            self._auto.hold()
             self._waiter = asyncio.ensure_future(self._put_later(frame))
 
     def _auto_ack_frame(self) -> Any:
-        pending, self._auto_pending = self._auto_pending, []
+        acks = self._auto.take()
         if self._ack_timer is not None:
             self._ack_timer.cancel()
             self._ack_timer = None
         number = self._channel_number
-        if self._individual:
-            payload = b"".join([encode_ack(number, tag, False) for tag in pending])
-        else:
-            payload = encode_ack(number, pending[-1], True)
-        return internals.channel_frame(payload)
+        return internals.channel_frame(b"".join([encode_ack(number, tag, multiple) for tag, multiple in acks]))
 
     async def _put_later(self, frame: Any) -> None:
         try:
@@ -351,6 +335,7 @@ class AmqpSession:
             pass  # the connection is gone; its sessions hear about it from the pool
         finally:
             self._waiter = None
+            self._auto.resume()
 
     async def _hold_until_writable(self) -> None:
         """The client stopped keeping up: its ack:auto deliveries stay unacknowledged, so their
@@ -363,7 +348,8 @@ class AmqpSession:
                 await self._gate()
         finally:
             self._waiter = None
-        if self._auto_pending and not self._closing:
+            self._auto.resume()
+        if self._auto.pending and not self._closing:
             self._release_auto()
 
     async def _on_deliver_frame(self, frame: spec.Basic.Deliver) -> None:
@@ -495,10 +481,10 @@ class AmqpSession:
         bridge_acks = no_ack and not (arguments and any(k.startswith("x-stream-") for k in arguments))
         async with self._consuming:
             if bridge_acks:
-                prefetch = self._auto_window
-                self._auto_tags.add(consumer_tag)
+                prefetch = self._auto.window
+                self._auto.add_consumer(consumer_tag)
             elif not no_ack:
-                self._individual = True
+                self._auto.individual = True
             try:
                 if prefetch != self._prefetch:
                     await self._rpc(self.channel.basic_qos, prefetch_count=prefetch)
@@ -512,7 +498,7 @@ class AmqpSession:
                     arguments=arguments or None,
                 )
             except BaseException:
-                self._auto_tags.discard(consumer_tag)
+                self._auto.discard_consumer(consumer_tag)
                 raise
 
     async def cancel(self, consumer_tag: str) -> None:
@@ -522,7 +508,7 @@ class AmqpSession:
         """basic.get without auto-ack (browsing), or None when the queue is empty; the
         delivery's consumer tag is empty."""
         self._check_exclusive(queue)
-        self._individual = True  # a multiple ack of our own would take the browsed messages
+        self._auto.individual = True  # a multiple ack of our own would take the browsed messages
         message = await self._rpc(self.channel.basic_get, queue, no_ack=False)
         frame = message.delivery
         if not isinstance(frame, spec.Basic.GetOk):
@@ -585,7 +571,7 @@ class AmqpSession:
         shared = self.shared
         try:
             await self.flush()
-            if self._auto_pending and not self._dead():
+            if self._auto.pending and not self._dead():
                 await self._put(self._auto_ack_frame())
         except Exception:  # noqa: BLE001 - closing anyway
             pass
