@@ -48,9 +48,7 @@ from pamqp import commands as spec
 from stomp_bridge.amqp import internals
 from stomp_bridge.amqp.autoack import ARM_TIMER, AUTO_ACK_DELAY, HOLD, NOTHING, RELEASE, AutoAck
 from stomp_bridge.amqp.codec import encode_ack, encode_nack, encode_publish
-from stomp_bridge.amqp.connect import pool_for
 from stomp_bridge.amqp.delivery import Delivery
-from stomp_bridge.amqp.endpoints import Endpoints
 from stomp_bridge.amqp.errors import broker_error
 from stomp_bridge.amqp.pool import AmqpPool, SharedConnection
 from stomp_bridge.amqp.reader import ChannelHooks, DeliveryHook
@@ -138,20 +136,19 @@ class AmqpSession:
     @classmethod
     async def open(
         cls,
-        endpoints: Endpoints,
+        pool: AmqpPool,
         login: str,
         passcode: str,
         vhost: str,
         *,
         client_name: str,
-        heartbeat: int = 60,
         timeout: float = 10.0,
         context: ssl.SSLContext | None = None,
         external: bool = False,
     ) -> AmqpSession:
         """A channel for the STOMP user: on a shared connection that RabbitMQ
-        authenticated with these exact credentials, or on a new one."""
-        pool = pool_for(endpoints, heartbeat, timeout)
+        authenticated with these exact credentials, or on a new one (``pool``: the bridge's,
+        see ``connect.make_pool``); ``timeout`` bounds the channel's opening."""
         shared = await pool.acquire(login, passcode, vhost, client_name, context=context, external=external)
         try:
             number = shared.free_number()

@@ -52,25 +52,22 @@ def vhost_url(base_url: str, login: str, passcode: str, vhost: str) -> str:
     return urllib.parse.urlunsplit((parts.scheme, netloc, path, parts.query, ""))
 
 
-def pool_for(endpoints: Endpoints, heartbeat: int = 60, timeout: float = 10.0, **options: Any) -> AmqpPool:
-    """The pool of shared connections to ``endpoints`` (created on first use).
+def make_pool(endpoints: Endpoints, *, heartbeat: int = 60, timeout: float = 10.0, **options: Any) -> AmqpPool:
+    """A pool of shared connections that logs in to the nodes of ``endpoints``.
 
-    The server creates it with the settings; a session made without a server
-    (tests) gets one with defaults.
+    The server makes one, with its settings (``options``: ``AmqpPool``'s keyword
+    arguments), and hands it to each session: one pool per bridge, never found again
+    through the endpoints.
     """
-    pool = getattr(endpoints, "pool", None)
-    if pool is None:
-        async def opener(
-            login: str, passcode: str, vhost: str, client_name: str, **tls: Any
-        ) -> tuple[aiormq.Connection, Hooks]:
-            return await connect_any(endpoints, login, passcode, vhost, client_name, heartbeat, timeout, **tls)
+    async def opener(
+        login: str, passcode: str, vhost: str, client_name: str, **tls: Any
+    ) -> tuple[aiormq.Connection, Hooks]:
+        return await connect_any(endpoints, login, passcode, vhost, client_name, heartbeat, timeout, **tls)
 
-        async def checker(login: str, passcode: str, vhost: str, client_name: str, **tls: Any) -> None:
-            await check_login(endpoints, login, passcode, vhost, client_name, timeout, **tls)
+    async def checker(login: str, passcode: str, vhost: str, client_name: str, **tls: Any) -> None:
+        await check_login(endpoints, login, passcode, vhost, client_name, timeout, **tls)
 
-        pool = AmqpPool(opener, checker, **options)
-        endpoints.pool = pool  # type: ignore[attr-defined]
-    return pool
+    return AmqpPool(opener, checker, **options)
 
 
 # RabbitMQ reads at most this much of a frame before a client has logged in (FRAME_MIN_SIZE:
