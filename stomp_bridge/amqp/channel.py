@@ -167,7 +167,7 @@ class AmqpSession:
     def publish(self, exchange: str, routing_key: str, properties: dict[str, Any], body: bytes) -> int:
         """Queue a publish in the current batch; returns its confirm sequence number.
 
-        ``properties`` are pamqp-named basic properties (see ``amqp_codec``).
+        ``properties`` are pamqp-named basic properties (see ``codec.py``).
         """
         self._batch.append(
             encode_publish(self._channel_number, exchange, routing_key, properties, body, self._frame_max)

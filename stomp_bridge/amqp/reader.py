@@ -11,9 +11,9 @@ frame takes aiormq's usual route, in order.
 
 One AMQP connection carries many STOMP sessions (one channel each), so the
 reader never waits for any one client: backpressure towards RabbitMQ is per
-channel (see ``amqp.AmqpSession``), never a pause of the shared socket.
+channel (see ``channel.AmqpSession``), never a pause of the shared socket.
 
-aiormq creates its receiver inside ``connect()``; the pool hands the receiver
+aiormq creates its receiver inside ``connect()``; ``connect.py`` hands the receiver
 its :class:`Hooks` through a context variable set around that call. aiormq uses
 this class once ``internals.install`` has put it in place (when a bridge starts).
 """
