@@ -258,7 +258,9 @@ class AmqpSession:
         callback = self.on_delivery
         if callback is not None:
             callback(delivery)
-        self._auto.delivered(delivery.consumer_tag, delivery.delivery_tag)
+        auto = self._auto
+        if delivery[0] in auto.consumers:  # AutoAck.delivered, inlined: the per-delivery path
+            auto.pending.append(delivery[1])
 
     def _confirm(self, delivery_tag: int, multiple: bool, nack: bool) -> None:
         callback = self.on_confirm
