@@ -35,7 +35,6 @@ from pamqp.header import ContentHeader
 AIORMQ_VERSIONS = ((7, 2), (8, 0))
 PAMQP_VERSIONS = ((4, 0), (5, 0))
 
-STOCK_TABLE_INTEGER = pamqp.encode.table_integer
 # The class aiormq's connection instantiates to read frames; the bulk reader (reader.py)
 # subclasses it, using its ``reader``, ``loop`` and ``started`` attributes and replacing
 # ``get_frame``.
