@@ -1,36 +1,35 @@
 """The AMQP 0-9-1 side of one STOMP connection: a channel on a shared connection.
 
 aiormq owns the sockets, the handshake, heart-beats and RPCs (declare, bind,
-consume, qos). ``amqp_pool`` shares connections between STOMP sessions with
-the same credentials, one channel per session. The per-message paths bypass
-aiormq's generic API, which costs a lock, a future and a random
-``message_id`` per publish and a task per delivery:
+consume, qos); ``connect.py`` logs in, ``pool.py`` shares connections between
+STOMP sessions with the same credentials, one channel per session. The
+per-message paths bypass aiormq's generic API, which costs a lock, a future and
+a random ``message_id`` per publish and a task per delivery:
 
-* publishes and acks are encoded by ``amqp_codec`` into a batch that is
+* publishes and acks are encoded by ``codec.py`` into a batch that is
   written once per chunk of client bytes (``flush``): straight to the socket
   when aiormq's write queue is empty and the socket keeps up (a task switch to
   aiormq's writer costs as much as the write), else through that queue, whose
   bound is the backpressure; publisher confirms are tracked by delivery-tag
   ranges in the session, not by futures;
-* deliveries and confirms are cut out of the socket's bytes by
-  ``amqp_reader`` and handed synchronously to ``on_delivery``/``on_confirm``
-  (aiormq's channel reader is the fallback if that reader cannot be installed).
+* deliveries and confirms are cut out of the socket's bytes by ``reader.py``
+  and handed synchronously to ``on_delivery``/``on_confirm`` (aiormq's channel
+  reader is the fallback if that reader is not installed).
+
+Every aiormq internal those paths use goes through ``internals.py``.
 
 Backpressure without pausing a shared socket: every consumer acknowledges.
-A client-ack subscription is bounded by its prefetch-count (and by the
-channel-wide limit below); an ``ack:auto`` subscription is consumed with
-manual acks and a prefetch of ``auto_ack_window``, and the bridge acks its
-deliveries once they are in the client's socket buffer and that buffer is
-below ``write_buffer_high``. A client that stops reading therefore stops only
-its own channel, with at most the window buffered in the bridge, while other
-sessions on the connection go on. Those acks go out in one frame when a
-quarter of the window is pending or ``AUTO_ACK_DELAY`` after the first of
-them: one frame per delivery would cost RabbitMQ and the bridge a write each
-(a third of the writes of a request/reply round trip), while a crash in
-between only redelivers what the client may already hold, as any lost ack does.
+A client-ack subscription is bounded by its prefetch-count or its window (see
+the session); an ``ack:auto`` subscription is consumed with manual acks and a
+prefetch of ``auto_ack_window``, which the bridge acknowledges while the
+client's socket keeps up: ``autoack.py`` holds that rule (which tags, when to
+flush, when to hold), this module its timer, its waits and its writes.
 
-Every STOMP error ends the STOMP connection, so a closed channel never has to
-be reopened.
+A closed channel is never reopened. RabbitMQ closes a channel on a channel
+error (404, 403, 406 …), and that ends the STOMP session with the reason, as
+the plugin's session ends with its channel; the ERRORs after which the plugin
+keeps a connection open (an unknown destination, a bad header …) are refused
+by the bridge before any AMQP command, so the channel stays usable.
 """
 
 from __future__ import annotations
@@ -38,89 +37,27 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-import urllib.parse
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 from typing import Any
 
 import aiormq
-import aiormq.connection as aiormq_connection
 import aiormq.exceptions as amqp_exc
-import pamqp.encode
-import pamqp.exceptions as pamqp_exceptions
-import pamqp.frame
-import pamqp.header
-from aiormq.abc import ChannelFrame
 from pamqp import commands as spec
-from pamqp.header import ContentHeader
 
+from stomp_bridge.amqp import internals
+from stomp_bridge.amqp.autoack import ARM_TIMER, AUTO_ACK_DELAY, HOLD, NOTHING, RELEASE, AutoAck
 from stomp_bridge.amqp.codec import encode_ack, encode_nack, encode_publish
+from stomp_bridge.amqp.delivery import Delivery
+from stomp_bridge.amqp.errors import broker_error
 from stomp_bridge.amqp.pool import AmqpPool, SharedConnection
-from stomp_bridge.amqp.reader import ChannelHooks, DeliveryHook, Hooks, current_hooks, install
-from stomp_bridge.amqp.endpoints import Endpoints
+from stomp_bridge.amqp.reader import ChannelHooks, DeliveryHook
 from stomp_bridge.protocol.dialect import Dialect, version_tuple
-from stomp_bridge.protocol.errors import AccessRefused, BrokerError, ProtocolError, StompError
+from stomp_bridge.protocol.errors import BrokerError, ProtocolError, StompError
 
 log = logging.getLogger(__name__)
 
-AUTO_ACK_DELAY = 0.02  # seconds an ack:auto delivery may wait for its ack to share a frame
-
-
-def _table_integer_as_long(value: int) -> bytes:
-    """Encode every integer in an AMQP field table as a signed 64-bit long.
-
-    pamqp picks the smallest type (``x-max-length: 10`` as a byte), but
-    RabbitMQ compares argument *types* when a queue is declared again, and the
-    STOMP plugin sends longs: a queue the plugin declared would otherwise be
-    "inequivalent" when the bridge declares it, and the other way round.
-    """
-    if -(1 << 63) <= value < (1 << 63):
-        return b"l" + pamqp.encode.long_long_int(value)
-    raise TypeError(f"Unsupported numeric value: {value}")
-
-
-pamqp.encode.table_integer = _table_integer_as_long
-BULK_READER = install()
-
-
-def broker_error(exc: BaseException) -> StompError:
-    """Turn an aiormq exception into the ERROR the plugin would send.
-
-    The plugin names the AMQP error (``not_found``, ``precondition_failed`` …)
-    in the ``message`` header and quotes RabbitMQ's reply text in the body.
-    """
-    if isinstance(exc, StompError):
-        return exc
-    text = ""
-    for arg in exc.args:  # aiormq puts the reply text first or after the reply code
-        candidate = getattr(arg, "reply_text", arg)
-        if isinstance(candidate, str) and candidate:
-            text = candidate
-            break
-    if " - " in text:
-        name = text.split(" - ", 1)[0].strip().lower()
-        return BrokerError(name, text)
-    if isinstance(exc, (amqp_exc.AMQPConnectionError, ConnectionError, OSError)):
-        return BrokerError(
-            "Broker connection lost",
-            f"The connection to RabbitMQ closed ({exc!r}). Reconnect to retry.",
-        )
-    return BrokerError("Processing error", text or repr(exc))
-
-
-def _vhost_url(base_url: str, login: str, passcode: str, vhost: str) -> str:
-    """The broker URL with the STOMP client's own credentials and vhost."""
-    parts = urllib.parse.urlsplit(base_url)
-    host = parts.hostname or "localhost"
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = (
-        f"{urllib.parse.quote(login, safe='')}:{urllib.parse.quote(passcode, safe='')}@{host}"
-    )
-    if parts.port:
-        netloc += f":{parts.port}"
-    path = "/" + urllib.parse.quote(vhost, safe="")
-    return urllib.parse.urlunsplit((parts.scheme, netloc, path, parts.query, ""))
+__all__ = ["AUTO_ACK_DELAY", "AmqpSession", "Delivery", "broker_error", "properties_dict"]
 
 
 _PROPERTY_FIELDS = frozenset(spec.Basic.Properties.__slots__)
@@ -141,237 +78,6 @@ def properties_dict(props: spec.Basic.Properties) -> dict[str, Any]:
     return out
 
 
-def pool_for(endpoints: Endpoints, heartbeat: int = 60, timeout: float = 10.0, **options: Any) -> AmqpPool:
-    """The pool of shared connections to ``endpoints`` (created on first use).
-
-    The server creates it with the settings; a session made without a server
-    (tests) gets one with defaults.
-    """
-    pool = getattr(endpoints, "pool", None)
-    if pool is None:
-        async def opener(
-            login: str, passcode: str, vhost: str, client_name: str, **tls: Any
-        ) -> tuple[aiormq.Connection, Hooks]:
-            return await connect_any(endpoints, login, passcode, vhost, client_name, heartbeat, timeout, **tls)
-
-        async def checker(login: str, passcode: str, vhost: str, client_name: str, **tls: Any) -> None:
-            await check_login(endpoints, login, passcode, vhost, client_name, timeout, **tls)
-
-        pool = AmqpPool(opener, checker, **options)
-        endpoints.pool = pool  # type: ignore[attr-defined]
-    return pool
-
-
-# RabbitMQ reads at most this much of a frame before a client has logged in (FRAME_MIN_SIZE:
-# 8192 bytes since 4.0.8 and 4.1.0, for JWT tokens; 4096 before) and resets a connection whose
-# connection.start-ok, which carries the login and passcode, is larger.
-PRE_LOGIN_FRAME_MAX = 8192
-PRE_LOGIN_FRAME_MAX_BEFORE_4_1 = 4096
-
-
-def start_ok_size(login: str, passcode: str, client_name: str) -> int:
-    """Bytes of the connection.start-ok frame aiormq sends for this login (PLAIN)."""
-    properties = {
-        "platform": aiormq_connection.PLATFORM, "version": aiormq_connection.__version__,
-        "product": "stomp-bridge", "information": "See https://github.com/mosquito/aiormq/",
-        "capabilities": {name: True for name in (
-            "authentication_failure_close", "basic.nack", "connection.blocked",
-            "consumer_cancel_notify", "publisher_confirms")},
-        "connection_name": client_name,
-    }
-    method = spec.Connection.StartOk(
-        client_properties=properties, mechanism="PLAIN", response=f"\0{login}\0{passcode}",
-    )
-    return len(pamqp.frame.marshal(method, 0))
-
-
-def _credentials_too_long(login: str, size: int, limit: int) -> AccessRefused:
-    return AccessRefused(
-        "Bad CONNECT",
-        f"Access refused for user '{login}': the login and passcode take {size} bytes of "
-        f"RabbitMQ's AMQP login frame, over the {limit} bytes it reads before a login succeeds "
-        "(RabbitMQ 4.1+; 4096 before). Use a shorter passcode or token.",
-    )
-
-
-async def connect_any(
-    endpoints: Endpoints, login: str, passcode: str, vhost: str, client_name: str, heartbeat: int,
-    timeout: float, context: ssl.SSLContext | None = None, external: bool = False,
-) -> tuple[aiormq.Connection, Hooks]:
-    """Log in as the STOMP user on the first RabbitMQ node that answers (see _first_node)."""
-    return await _first_node(
-        endpoints, login, passcode, client_name, external,
-        lambda url: _connect(url, login, passcode, vhost, client_name, heartbeat, timeout, context, external),
-    )
-
-
-async def check_login(
-    endpoints: Endpoints, login: str, passcode: str, vhost: str, client_name: str, timeout: float,
-    context: ssl.SSLContext | None = None, external: bool = False,
-) -> None:
-    """RabbitMQ's verdict on a login, and no connection kept: the AMQP handshake up to
-    connection.open-ok (the vhost check), then connection.close. Half the CPU of an aiormq
-    connection opened and closed (0.9 against 1.6 ms, measured); raises RabbitMQ's refusal."""
-    await _first_node(
-        endpoints, login, passcode, client_name, external,
-        lambda url: asyncio.wait_for(_handshake(url, login, passcode, vhost, client_name, context, external), timeout),
-    )
-
-
-async def _first_node(
-    endpoints: Endpoints, login: str, passcode: str, client_name: str, external: bool,
-    attempt: Callable[[str], Awaitable[Any]],
-) -> Any:
-    """``attempt(url)`` on the first RabbitMQ node that answers.
-
-    A node that cannot be reached is skipped (and backs off); a refused
-    login or vhost is the client's answer, from whichever node gave it. So is a login
-    too long for RabbitMQ's pre-login frame limit: RabbitMQ resets the connection, which
-    must not count against the node (any client could otherwise mark nodes down).
-    """
-    size = 0 if external else start_ok_size(login, passcode, client_name)
-    if size > PRE_LOGIN_FRAME_MAX:
-        raise _credentials_too_long(login, size, PRE_LOGIN_FRAME_MAX)
-    failures = []
-    for index in endpoints.order():
-        try:
-            result = await attempt(endpoints.urls[index])
-        except AccessRefused:
-            endpoints.succeeded(index)
-            raise
-        except (OSError, EOFError, amqp_exc.AMQPError, asyncio.TimeoutError) as exc:
-            if size > PRE_LOGIN_FRAME_MAX_BEFORE_4_1 and isinstance(
-                exc, (amqp_exc.AMQPConnectionError, ConnectionError, EOFError)
-            ):
-                # An older broker (4096 bytes) reset the connection at our start-ok.
-                raise _credentials_too_long(login, size, PRE_LOGIN_FRAME_MAX_BEFORE_4_1) from exc
-            endpoints.failed(index)
-            host, port = endpoints.address(index)
-            failures.append(f"{host}:{port}: {exc!r}")
-            continue
-        endpoints.succeeded(index)
-        return result
-    raise BrokerError(
-        "Broker unavailable",
-        f"None of the {len(endpoints.urls)} RabbitMQ node(s) answered; try again later.",
-        private="; ".join(failures),
-    )
-
-
-async def _handshake(
-    base_url: str, login: str, passcode: str, vhost: str, client_name: str,
-    context: ssl.SSLContext | None, external: bool,
-) -> None:
-    """One AMQP login on one node with pamqp's codec and a plain stream: start, start-ok, tune,
-    tune-ok, open (the vhost), close. Refusals become the same AccessRefused as _connect's."""
-    parts = urllib.parse.urlsplit(base_url)
-    tls = parts.scheme == "amqps"
-    host = parts.hostname or "localhost"
-    if tls and context is None:
-        context = ssl.create_default_context()
-    reader, writer = await asyncio.open_connection(
-        host, parts.port or (5671 if tls else 5672), ssl=context if tls else None,
-        server_hostname=host if tls else None,
-    )
-    buffer = bytearray()
-
-    async def receive() -> Any:
-        while True:
-            if len(buffer) >= 8:
-                try:
-                    used, _, frame = pamqp.frame.unmarshal(bytes(buffer))
-                except pamqp_exceptions.UnmarshalingException:
-                    pass  # not all of it yet
-                else:
-                    del buffer[:used]
-                    return frame
-            data = await reader.read(65536)
-            if not data:
-                raise ConnectionError("RabbitMQ closed the connection during the login")
-            buffer.extend(data)
-
-    def send(method: Any) -> None:
-        writer.write(pamqp.frame.marshal(method, 0))
-
-    try:
-        writer.write(pamqp.header.ProtocolHeader().marshal())
-        start = await receive()
-        mechanism = "EXTERNAL" if external else "PLAIN"
-        offered = start.mechanisms.decode() if isinstance(start.mechanisms, bytes) else str(start.mechanisms)
-        if mechanism not in offered.split():
-            raise AccessRefused(
-                "Bad CONNECT", f"Access refused for user '{login}'",
-                private=f"RabbitMQ does not offer {mechanism} ({offered}); for EXTERNAL enable "
-                "rabbitmq_auth_mechanism_ssl and add 'EXTERNAL' to auth_mechanisms",
-            )
-        send(spec.Connection.StartOk(
-            client_properties={"connection_name": client_name, "product": "stomp-bridge",
-                               "capabilities": {"authentication_failure_close": True}},
-            mechanism=mechanism, response="" if external else f"\0{login}\0{passcode}",
-        ))
-        tune = await receive()
-        if isinstance(tune, spec.Connection.Close):
-            raise AccessRefused("Bad CONNECT", f"Access refused for user '{login}'", private=tune.reply_text)
-        send(spec.Connection.TuneOk(channel_max=tune.channel_max, frame_max=tune.frame_max, heartbeat=0))
-        try:
-            send(spec.Connection.Open(virtual_host=vhost))
-        except ValueError as exc:  # a vhost name AMQP cannot carry (over 127 bytes)
-            raise AccessRefused("Bad CONNECT", f"Virtual host '{vhost[:200]}' access denied", private=str(exc)) from exc
-        opened = await receive()
-        if isinstance(opened, spec.Connection.Close):
-            raise AccessRefused("Bad CONNECT", f"Virtual host '{vhost}' access denied", private=opened.reply_text)
-        send(spec.Connection.Close(reply_code=200, reply_text="login checked", class_id=0, method_id=0))
-        await receive()  # close-ok
-    finally:
-        writer.close()
-
-
-async def _connect(
-    base_url: str, login: str, passcode: str, vhost: str, client_name: str, heartbeat: int,
-    timeout: float, context: ssl.SSLContext | None = None, external: bool = False,
-) -> tuple[aiormq.Connection, Hooks]:
-    url = _vhost_url(base_url, login, passcode, vhost)
-    sep = "&" if "?" in url else "?"
-    url += f"{sep}heartbeat={heartbeat}"
-    if external:  # the user comes from the certificate in ``context`` (rabbitmq_auth_mechanism_ssl)
-        url += "&auth=external"
-    hooks = Hooks()
-    token = current_hooks.set(hooks)
-    try:
-        connection = await asyncio.wait_for(
-            aiormq.connect(
-                url,
-                client_properties={"connection_name": client_name, "product": "stomp-bridge"},
-                context=context,
-            ),
-            timeout,
-        )
-    except amqp_exc.AuthenticationError as exc:  # the broker does not offer the mechanism
-        raise AccessRefused(
-            "Bad CONNECT",
-            f"Access refused for user '{login}'",
-            private=f"RabbitMQ does not offer this login mechanism ({exc}); for EXTERNAL enable "
-            "rabbitmq_auth_mechanism_ssl and add 'EXTERNAL' to auth_mechanisms",
-        ) from exc
-    except amqp_exc.ProbableAuthenticationError as exc:
-        raise AccessRefused(
-            "Bad CONNECT", f"Access refused for user '{login}'", private=str(exc)
-        ) from exc
-    except (amqp_exc.InvalidFrameError, amqp_exc.ConnectionNotAllowed) as exc:
-        # RabbitMQ answers connection.open on an unknown or forbidden vhost
-        # with connection.close (NOT_ALLOWED).
-        raise AccessRefused(
-            "Bad CONNECT", f"Virtual host '{vhost}' access denied", private=str(exc)
-        ) from exc
-    except ValueError as exc:  # pamqp refuses a vhost name AMQP cannot carry (over 127 bytes)
-        raise AccessRefused(
-            "Bad CONNECT", f"Virtual host '{vhost[:200]}' access denied", private=str(exc)
-        ) from exc
-    finally:
-        current_hooks.reset(token)
-    return connection, hooks
-
-
 class AmqpSession:
     """The channel that serves one STOMP connection, on a shared AMQP connection."""
 
@@ -379,8 +85,8 @@ class AmqpSession:
         "pool", "shared", "connection", "channel", "broker_version_text", "broker_version", "dialect",
         "publish_seq", "_batch", "_channel_number", "_frame_max", "on_delivery", "on_confirm",
         "on_closed", "on_cancelled", "on_batch_end", "_hooks", "_closing", "_prefetch",
-        "_auto_tags", "_auto_pending", "_individual", "_auto_window", "_gate", "_gate_open",
-        "_waiter", "_auto_flush_at", "_ack_timer", "_rpcs", "_lost", "_consuming",
+        "_auto", "_gate", "_gate_open", "_waiter", "_ack_timer", "_rpcs", "_lost", "_consuming",
+        "_write_queue",
     )
 
     def __init__(
@@ -390,6 +96,7 @@ class AmqpSession:
         self.shared = shared
         connection = shared.connection
         self.connection = connection
+        self._write_queue = internals.write_queue(connection)
         self.channel = channel
         version = connection.server_properties.get("version", "0")
         self.broker_version_text = version.decode() if isinstance(version, bytes) else str(version)
@@ -409,12 +116,8 @@ class AmqpSession:
         self._lost: BaseException | None = None  # a close that an RPC in flight will report
         self._prefetch = 0  # the per-consumer prefetch the channel applies to new consumers
         self._consuming = asyncio.Lock()  # a qos and its consume, one pair at a time
-        # ack:auto consumers, acknowledged by the bridge (see the module docstring).
-        self._auto_tags: set[str] = set()
-        self._auto_pending: list[int] = []
-        self._individual = False  # a client-ack consumer exists: no multiple acks of our own
-        self._auto_window = pool.auto_ack_window
-        self._auto_flush_at = max(1, self._auto_window // 4)
+        # ack:auto consumers, acknowledged by the bridge (autoack.py).
+        self._auto = AutoAck(pool.auto_ack_window)
         self._ack_timer: asyncio.TimerHandle | None = None
         self._gate: Callable[[], Awaitable[None]] | None = None
         self._gate_open: Callable[[], bool] | None = None
@@ -426,28 +129,26 @@ class AmqpSession:
             self._hooks = ChannelHooks(self._deliver, self._confirm, self._batch_end)
             shared.hooks.channels[channel.number] = self._hooks
         shared.sessions[channel.number] = self
-        channel._on_deliver_frame = self._on_deliver_frame  # type: ignore[method-assign]
-        channel._on_confirm_frame = self._on_confirm_frame  # type: ignore[method-assign]
+        internals.override_channel(channel, self._on_deliver_frame, self._on_confirm_frame)
         channel.on_consumer_cancel_callbacks.add(self._on_cancel)
         channel.closing.add_done_callback(self._on_channel_closing)
 
     @classmethod
     async def open(
         cls,
-        endpoints: Endpoints,
+        pool: AmqpPool,
         login: str,
         passcode: str,
         vhost: str,
         *,
         client_name: str,
-        heartbeat: int = 60,
         timeout: float = 10.0,
         context: ssl.SSLContext | None = None,
         external: bool = False,
     ) -> AmqpSession:
         """A channel for the STOMP user: on a shared connection that RabbitMQ
-        authenticated with these exact credentials, or on a new one."""
-        pool = pool_for(endpoints, heartbeat, timeout)
+        authenticated with these exact credentials, or on a new one (``pool``: the bridge's,
+        see ``connect.make_pool``); ``timeout`` bounds the channel's opening."""
         shared = await pool.acquire(login, passcode, vhost, client_name, context=context, external=external)
         try:
             number = shared.free_number()
@@ -459,14 +160,14 @@ class AmqpSession:
             if isinstance(exc, (amqp_exc.AMQPError, ConnectionError, RuntimeError, asyncio.TimeoutError)):
                 raise broker_error(exc) from exc
             raise
-        return cls(pool, shared, channel, BULK_READER)
+        return cls(pool, shared, channel, internals.bulk_reader())
 
     # -- the lean per-message paths -------------------------------------------------
 
     def publish(self, exchange: str, routing_key: str, properties: dict[str, Any], body: bytes) -> int:
         """Queue a publish in the current batch; returns its confirm sequence number.
 
-        ``properties`` are pamqp-named basic properties (see ``amqp_codec``).
+        ``properties`` are pamqp-named basic properties (see ``codec.py``).
         """
         self._batch.append(
             encode_publish(self._channel_number, exchange, routing_key, properties, body, self._frame_max)
@@ -475,18 +176,14 @@ class AmqpSession:
         return self.publish_seq
 
     def ack(self, delivery_tag: int, multiple: bool = False) -> None:
-        if multiple and self._auto_pending:
-            # RabbitMQ counts our pending ack:auto deliveries in this multiple ack.
-            self._auto_pending = [tag for tag in self._auto_pending if tag > delivery_tag]
+        if multiple:  # RabbitMQ counts our pending ack:auto deliveries in this multiple ack
+            self._auto.client_acked(delivery_tag, multiple)
         self._batch.append(encode_ack(self._channel_number, delivery_tag, multiple))
 
     def nack(self, delivery_tag: int, multiple: bool = False, requeue: bool = True) -> None:
-        if multiple and self._auto_pending:
-            # A multiple nack would requeue ack:auto deliveries the client already has: ack them first.
-            for tag in self._auto_pending:
-                if tag < delivery_tag:
-                    self._batch.append(encode_ack(self._channel_number, tag, False))
-            self._auto_pending = [tag for tag in self._auto_pending if tag > delivery_tag]
+        if multiple:  # it would requeue ack:auto deliveries the client already has: ack them first
+            for tag in self._auto.client_nacked(delivery_tag, multiple):
+                self._batch.append(encode_ack(self._channel_number, tag, False))
         self._batch.append(encode_nack(self._channel_number, delivery_tag, multiple, requeue))
 
     async def flush(self) -> None:
@@ -508,11 +205,7 @@ class AmqpSession:
         # this write: when RabbitMQ stops reading (a resource alarm blocks
         # publishers), its queue fills and this flush waits, so the session stops
         # reading from the client instead of buffering without bound.
-        frame = ChannelFrame(
-            payload=b"".join(self._batch),
-            should_close=False,
-            drain_future=self.connection.loop.create_future(),
-        )
+        frame = internals.channel_frame(b"".join(self._batch), self.connection.loop.create_future())
         self._batch.clear()
         await self._put(frame)
 
@@ -527,7 +220,7 @@ class AmqpSession:
         transport = self.shared.hooks.transport
         if (
             transport is None
-            or self.connection.write_queue.qsize()
+            or self._write_queue.qsize()
             or transport.get_write_buffer_size()
             or transport.is_closing()
         ):
@@ -546,8 +239,8 @@ class AmqpSession:
         queues) outlives this session unless deleted; and this channel still works."""
         return len(self.shared.sessions) > 1 and not self._dead()
 
-    async def _put(self, frame: ChannelFrame) -> None:
-        queue = self.connection.write_queue
+    async def _put(self, frame: Any) -> None:
+        queue = self._write_queue
         try:
             queue.put_nowait(frame)
         except asyncio.QueueFull:
@@ -561,15 +254,13 @@ class AmqpSession:
                     "Broker connection lost", "The connection to RabbitMQ closed; reconnect to retry."
                 )
 
-    def _deliver(
-        self, consumer_tag: str, delivery_tag: int, redelivered: bool, exchange: str,
-        routing_key: str, properties: dict[str, Any], body: bytes,
-    ) -> None:
+    def _deliver(self, delivery: Delivery) -> None:
         callback = self.on_delivery
         if callback is not None:
-            callback(consumer_tag, delivery_tag, redelivered, exchange, routing_key, properties, body)
-        if consumer_tag in self._auto_tags:
-            self._auto_pending.append(delivery_tag)
+            callback(delivery)
+        auto = self._auto
+        if delivery[0] in auto.consumers:  # AutoAck.delivered, inlined: the per-delivery path
+            auto.pending.append(delivery[1])
 
     def _confirm(self, delivery_tag: int, multiple: bool, nack: bool) -> None:
         callback = self.on_confirm
@@ -592,50 +283,50 @@ class AmqpSession:
         self._settle_auto(False)
 
     def _settle_auto(self, now: bool) -> None:
-        """Ack what the client's socket has taken, hold while it is full (see the module docstring)."""
-        if self._waiter is not None or self._closing:
+        """Do what the ack:auto window asks (autoack.py): ack what the client's socket has
+        taken, arm the timer, or hold while that socket is full."""
+        auto = self._auto
+        if self._closing or not auto.pending:
             return
         gate_open = self._gate_open
-        if gate_open is not None and not gate_open():
-            if self._auto_pending and not self._dead():
-                self._waiter = asyncio.ensure_future(self._hold_until_writable())
+        step = auto.settle(now, gate_open is None or gate_open())
+        if step is NOTHING:
             return
-        pending = self._auto_pending
-        if pending:
-            if now or len(pending) >= self._auto_flush_at:
-                self._release_auto()
-            elif self._ack_timer is None:
-                self._ack_timer = self.connection.loop.call_later(AUTO_ACK_DELAY, self._ack_timer_fired)
+        if step is RELEASE:
+            self._release_auto()
+        elif step is ARM_TIMER:
+            self._ack_timer = self.connection.loop.call_later(AUTO_ACK_DELAY, self._ack_timer_fired)
+        elif step is HOLD and not self._dead():
+            auto.hold()
+            self._waiter = asyncio.ensure_future(self._hold_until_writable())
 
     def _ack_timer_fired(self) -> None:
         self._ack_timer = None
+        self._auto.timer_fired()
         self._settle_auto(True)
 
     def _release_auto(self) -> None:
         """Ack the ack:auto deliveries the client's socket has taken."""
-        if self._waiter is not None or self._closing or self._dead():
+        if self._auto.blocked or self._closing or self._dead():
             return
         frame = self._auto_ack_frame()
         if self._write_now([frame.payload]):
             return
         try:
-            self.connection.write_queue.put_nowait(frame)
+            self._write_queue.put_nowait(frame)
         except asyncio.QueueFull:
+            self._auto.hold()
             self._waiter = asyncio.ensure_future(self._put_later(frame))
 
-    def _auto_ack_frame(self) -> ChannelFrame:
-        pending, self._auto_pending = self._auto_pending, []
+    def _auto_ack_frame(self) -> Any:
+        acks = self._auto.take()
         if self._ack_timer is not None:
             self._ack_timer.cancel()
             self._ack_timer = None
         number = self._channel_number
-        if self._individual:
-            payload = b"".join([encode_ack(number, tag, False) for tag in pending])
-        else:
-            payload = encode_ack(number, pending[-1], True)
-        return ChannelFrame(payload=payload, should_close=False)
+        return internals.channel_frame(b"".join([encode_ack(number, tag, multiple) for tag, multiple in acks]))
 
-    async def _put_later(self, frame: ChannelFrame) -> None:
+    async def _put_later(self, frame: Any) -> None:
         try:
             if not self._dead():
                 await self._put(frame)
@@ -643,6 +334,7 @@ class AmqpSession:
             pass  # the connection is gone; its sessions hear about it from the pool
         finally:
             self._waiter = None
+            self._auto.resume()
 
     async def _hold_until_writable(self) -> None:
         """The client stopped keeping up: its ack:auto deliveries stay unacknowledged, so their
@@ -655,19 +347,17 @@ class AmqpSession:
                 await self._gate()
         finally:
             self._waiter = None
-        if self._auto_pending and not self._closing:
+            self._auto.resume()
+        if self._auto.pending and not self._closing:
             self._release_auto()
 
     async def _on_deliver_frame(self, frame: spec.Basic.Deliver) -> None:
-        header = await self.channel._get_frame()
-        if not isinstance(header, ContentHeader):
-            raise amqp_exc.InvalidFrameError(f"expected a content header, got {header!r}")
-        message = await self.channel._read_content(frame, header)
-        self._deliver(
+        header, body = await internals.read_content(self.channel, frame)
+        self._deliver(Delivery(
             frame.consumer_tag or "", frame.delivery_tag or 0, bool(frame.redelivered),
             frame.exchange or "", frame.routing_key or "", properties_dict(header.properties),
-            message.body,
-        )
+            body,
+        ))
         self._batch_end()
 
     async def _on_confirm_frame(self, frame: spec.Basic.Ack | spec.Basic.Nack) -> None:
@@ -790,10 +480,10 @@ class AmqpSession:
         bridge_acks = no_ack and not (arguments and any(k.startswith("x-stream-") for k in arguments))
         async with self._consuming:
             if bridge_acks:
-                prefetch = self._auto_window
-                self._auto_tags.add(consumer_tag)
+                prefetch = self._auto.window
+                self._auto.add_consumer(consumer_tag)
             elif not no_ack:
-                self._individual = True
+                self._auto.individual = True
             try:
                 if prefetch != self._prefetch:
                     await self._rpc(self.channel.basic_qos, prefetch_count=prefetch)
@@ -807,23 +497,23 @@ class AmqpSession:
                     arguments=arguments or None,
                 )
             except BaseException:
-                self._auto_tags.discard(consumer_tag)
+                self._auto.discard_consumer(consumer_tag)
                 raise
 
     async def cancel(self, consumer_tag: str) -> None:
         await self._rpc(self.channel.basic_cancel, consumer_tag)
 
-    async def get(self, queue: str) -> tuple[int, bool, str, str, dict[str, Any], bytes] | None:
-        """basic.get without auto-ack (browsing): (delivery tag, redelivered, exchange, routing
-        key, properties, body), or None when the queue is empty."""
+    async def get(self, queue: str) -> Delivery | None:
+        """basic.get without auto-ack (browsing), or None when the queue is empty; the
+        delivery's consumer tag is empty."""
         self._check_exclusive(queue)
-        self._individual = True  # a multiple ack of our own would take the browsed messages
+        self._auto.individual = True  # a multiple ack of our own would take the browsed messages
         message = await self._rpc(self.channel.basic_get, queue, no_ack=False)
         frame = message.delivery
         if not isinstance(frame, spec.Basic.GetOk):
             return None
-        return (
-            frame.delivery_tag or 0, bool(frame.redelivered), frame.exchange or "",
+        return Delivery(
+            "", frame.delivery_tag or 0, bool(frame.redelivered), frame.exchange or "",
             frame.routing_key or "", properties_dict(message.header.properties), message.body,
         )
 
@@ -865,9 +555,9 @@ class AmqpSession:
         if self._dead() or self._write_now(self._batch):
             self._batch.clear()
             return
-        frame = ChannelFrame(payload=b"".join(self._batch), should_close=False)
+        frame = internals.channel_frame(b"".join(self._batch))
         try:
-            self.connection.write_queue.put_nowait(frame)
+            self._write_queue.put_nowait(frame)
         except asyncio.QueueFull:
             return
         self._batch.clear()
@@ -880,7 +570,7 @@ class AmqpSession:
         shared = self.shared
         try:
             await self.flush()
-            if self._auto_pending and not self._dead():
+            if self._auto.pending and not self._dead():
                 await self._put(self._auto_ack_frame())
         except Exception:  # noqa: BLE001 - closing anyway
             pass

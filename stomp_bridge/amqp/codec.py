@@ -156,13 +156,12 @@ def encode_nack(channel: int, delivery_tag: int, multiple: bool, requeue: bool) 
 
 # -- decoding the delivery path ------------------------------------------------------
 
-_FRAME_HEADER = struct.Struct(">BHI")
-_CLASS_METHOD = struct.Struct(">HH")
+# Public for the bulk reader (reader.py), which cuts frames and dispatches on methods.
+FRAME_HEADER = struct.Struct(">BHI")  # frame type, channel, payload size
+CLASS_METHOD = struct.Struct(">HH")  # a method frame's class and method ids
 _DELIVER_TAG = struct.Struct(">QB")
 _CONFIRM = struct.Struct(">QB")
 _CONTENT = struct.Struct(">HHQH")
-_U8 = struct.Struct(">B")
-_U16 = struct.Struct(">H")
 
 BASIC_DELIVER = (60, 60)
 BASIC_ACK = (60, 80)

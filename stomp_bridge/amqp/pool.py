@@ -125,7 +125,7 @@ class AmqpPool:
         self.min_connections = max(1, min_connections)
         self._opener = opener
         self._checker = checker
-        self.auto_ack_window = auto_ack_window  # read by each session (amqp.AmqpSession)
+        self.auto_ack_window = auto_ack_window  # read by each session (channel.AmqpSession)
         self.channels_per_connection = max(1, channels_per_connection)
         self.reuse_seconds = reuse_seconds
         self.login_cache_seconds = login_cache_seconds

@@ -11,10 +11,11 @@ frame takes aiormq's usual route, in order.
 
 One AMQP connection carries many STOMP sessions (one channel each), so the
 reader never waits for any one client: backpressure towards RabbitMQ is per
-channel (see ``amqp.AmqpSession``), never a pause of the shared socket.
+channel (see ``channel.AmqpSession``), never a pause of the shared socket.
 
-aiormq creates its receiver inside ``connect()``; the pool hands the receiver
-its :class:`Hooks` through a context variable set around that call.
+aiormq creates its receiver inside ``connect()``; ``connect.py`` hands the receiver
+its :class:`Hooks` through a context variable set around that call. aiormq uses
+this class once ``internals.install`` has put it in place (when a bridge starts).
 """
 
 from __future__ import annotations
@@ -25,17 +26,18 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-import aiormq.connection
 import aiormq.exceptions as amqp_exc
 import pamqp.frame
 from pamqp.heartbeat import Heartbeat
 
+from stomp_bridge.amqp import internals
+from stomp_bridge.amqp.delivery import Delivery
 from stomp_bridge.amqp.codec import (
-    _CLASS_METHOD,
-    _FRAME_HEADER,
     BASIC_ACK,
     BASIC_DELIVER,
     BASIC_NACK,
+    CLASS_METHOD,
+    FRAME_HEADER,
     decode_confirm,
     decode_content_header,
     decode_deliver,
@@ -48,7 +50,8 @@ FRAME_END = 0xCE
 _ALIVE = (0, 0, Heartbeat())  # what aiormq gets in place of frames the direct path took
 CHANNEL_CLOSE = (20, 40)
 
-DeliveryHook = Callable[[str, int, bool, str, str, dict[str, Any], bytes], None]
+DeliveryHook = Callable[[Delivery], None]
+_new_tuple = tuple.__new__  # a Delivery without NamedTuple.__new__'s keyword handling
 ConfirmHook = Callable[[int, bool, bool], None]
 
 
@@ -91,12 +94,12 @@ current_hooks: contextvars.ContextVar[Hooks | None] = contextvars.ContextVar(
 )
 
 
-class BulkFrameReceiver(aiormq.connection.FrameReceiver):
+class BulkFrameReceiver(internals.FrameReceiver):
     def __init__(self, reader: Any) -> None:
         super().__init__(reader)
         self.hooks = current_hooks.get()
         if self.hooks is not None:
-            self.hooks.transport = getattr(reader, "_transport", None)
+            self.hooks.transport = internals.stream_transport(reader)
         self._buf = bytearray()
         self._frames: deque[tuple[int, int, Any]] = deque()
         self._touched: list[ChannelHooks] = []  # channels that got frames in this read
@@ -140,7 +143,7 @@ class BulkFrameReceiver(aiormq.connection.FrameReceiver):
         while size_now - pos >= 8:
             if not self.started and buf.startswith(b"AMQP"):
                 raise amqp_exc.ProtocolSyntaxError("Unexpected AMQP protocol header")
-            frame_type, channel, size = _FRAME_HEADER.unpack_from(buf, pos)
+            frame_type, channel, size = FRAME_HEADER.unpack_from(buf, pos)
             end = pos + 7 + size
             if end >= size_now:
                 break
@@ -163,7 +166,7 @@ class BulkFrameReceiver(aiormq.connection.FrameReceiver):
         """Handle a frame of a registered channel; False hands it to aiormq."""
         pending = target.pending
         if frame_type == 1:
-            method = _CLASS_METHOD.unpack_from(payload)
+            method = CLASS_METHOD.unpack_from(payload)
             if method == BASIC_DELIVER:
                 target.pending = [decode_deliver(payload), None, 0, []]
                 return True
@@ -194,8 +197,12 @@ class BulkFrameReceiver(aiormq.connection.FrameReceiver):
         target.pending = None
         parts = pending[3]
         body = parts[0] if len(parts) == 1 else b"".join(parts)
-        if target.on_delivery is not None:
-            self._call(target.on_delivery, *pending[0], pending[1], body)
+        hook = target.on_delivery
+        if hook is not None:
+            try:  # _call's guard, inlined: one call less per delivery pays for the Delivery
+                hook(_new_tuple(Delivery, pending[0] + (pending[1], body)))
+            except Exception:  # noqa: BLE001 - one session's bug must not kill the reader
+                log.exception("delivery hook failed")
 
     @staticmethod
     def _call(hook: Callable[..., None], *args: Any) -> None:
@@ -204,12 +211,3 @@ class BulkFrameReceiver(aiormq.connection.FrameReceiver):
         except Exception:  # noqa: BLE001 - one session's bug must not kill the reader
             log.exception("delivery hook failed")
 
-
-def install() -> bool:
-    """Make aiormq use the bulk receiver; False (stock aiormq paths) if its shape changed."""
-    base = getattr(aiormq.connection, "FrameReceiver", None)
-    if base is None or not hasattr(base, "get_frame"):
-        return False
-    if base is not BulkFrameReceiver:
-        aiormq.connection.FrameReceiver = BulkFrameReceiver  # type: ignore[misc]
-    return True

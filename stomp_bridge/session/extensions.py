@@ -199,7 +199,7 @@ async def browse(session: SessionView, frame: Frame, tag: str, destination: dest
             got = await amqp.get(queue)
             if got is None:
                 break
-            delivery_tag, redelivered, exchange, routing_key, properties, body = got
+            _, delivery_tag, redelivered, exchange, routing_key, properties, body = got
             taken.append(delivery_tag)
             out = hdr.message_headers(
                 tag, session.session_id, delivery_tag, exchange, routing_key, redelivered, properties

@@ -21,7 +21,10 @@ from typing import TYPE_CHECKING, Any
 from stomp_bridge import __version__
 from stomp_bridge.session import extensions as ext
 from stomp_bridge.amqp.channel import AmqpSession, broker_error
+from stomp_bridge.amqp.delivery import Delivery
+from stomp_bridge.amqp.connect import make_pool
 from stomp_bridge.amqp.endpoints import Endpoints
+from stomp_bridge.amqp.pool import AmqpPool
 from stomp_bridge.logs import log_frame
 from stomp_bridge.metrics import Counters
 from stomp_bridge.session import login
@@ -65,7 +68,7 @@ class Session:
         flush_writes: Callable[[], None] | None = None,
         wait_writable: Callable[[], Awaitable[None]] | None = None,
         counters: Counters | None = None,
-        endpoints: Endpoints | None = None,
+        pool: AmqpPool | None = None,
         credentials: tuple[str | None, str | None] | None = None,
         peer_cert: PeerCertificate | None = None,
         security: ConnectSecurity | None = None,
@@ -73,7 +76,11 @@ class Session:
     ) -> None:
         self.settings = settings
         self.throttle = throttle  # failed logins per (client address, user): password guessing
-        self.endpoints = endpoints if endpoints is not None else Endpoints(settings.amqp_url)
+        # The bridge's pool of shared AMQP connections; a session made without a server
+        # (tests) gets a pool of its own.
+        self.pool = pool if pool is not None else make_pool(
+            Endpoints(settings.amqp_url), heartbeat=settings.amqp_heartbeat, timeout=settings.amqp_connect_timeout
+        )
         self.counters = counters if counters is not None else Counters()
         # The transport's side: where frames go, and how it closes, flushes and waits.
         self._write = write
@@ -295,12 +302,11 @@ class Session:
             }
             try:
                 amqp = await AmqpSession.open(
-                    self.endpoints,
+                    self.pool,
                     user,
                     passcode,
                     vhost,
                     client_name=f"stomp-bridge {self.peer_name} ({user})",
-                    heartbeat=s.amqp_heartbeat,
                     timeout=s.amqp_connect_timeout,
                     **tls_login,
                 )
@@ -309,9 +315,9 @@ class Session:
                     raise
                 vhost = s.default_vhost  # opt-in: an unknown host goes to the default vhost
                 amqp = await AmqpSession.open(
-                    self.endpoints, user, passcode, vhost,
+                    self.pool, user, passcode, vhost,
                     client_name=f"stomp-bridge {self.peer_name} ({user})",
-                    heartbeat=s.amqp_heartbeat, timeout=s.amqp_connect_timeout, **tls_login,
+                    timeout=s.amqp_connect_timeout, **tls_login,
                 )
         except AccessRefused:
             if throttle is not None:
@@ -595,10 +601,8 @@ class Session:
 
     # -- deliveries ---------------------------------------------------------------
 
-    def _on_delivery(
-        self, tag: str, delivery_tag: int, redelivered: bool, exchange: str, routing_key: str,
-        properties: dict[str, Any], body: bytes,
-    ) -> None:
+    def _on_delivery(self, delivery: Delivery) -> None:
+        tag, delivery_tag, redelivered, exchange, routing_key, properties, body = delivery
         sub = self.subscriptions.get(tag)
         if sub is None or self.closed:
             return

@@ -20,7 +20,7 @@ import socket
 from collections.abc import Awaitable
 from typing import Protocol
 
-from stomp_bridge.amqp.endpoints import Endpoints
+from stomp_bridge.amqp.pool import AmqpPool
 from stomp_bridge.logs import log_frame
 from stomp_bridge.metrics import Counters
 from stomp_bridge.protocol.errors import ProtocolError, StompError
@@ -158,7 +158,7 @@ class Connection:
         link: Link,
         settings: Settings,
         counters: Counters,
-        endpoints: Endpoints,
+        pool: AmqpPool,
         peer: tuple[str, int] | None = None,
         initial: bytes = b"",
         credentials: tuple[str | None, str | None] | None = None,
@@ -188,7 +188,7 @@ class Connection:
             flush_writes=self._flush_out,
             wait_writable=WriteGate(link),
             counters=counters,
-            endpoints=endpoints,
+            pool=pool,
             credentials=credentials,
             peer_cert=peer_cert,
             security=security,

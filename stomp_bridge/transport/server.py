@@ -17,7 +17,8 @@ import ssl
 from typing import Any
 
 from stomp_bridge.amqp import probe
-from stomp_bridge.amqp.channel import pool_for
+from stomp_bridge.amqp.connect import install as install_amqp
+from stomp_bridge.amqp.connect import make_pool
 from stomp_bridge.amqp.endpoints import Endpoints
 from stomp_bridge.http import OpsServer
 from stomp_bridge.metrics import Metrics
@@ -56,10 +57,10 @@ class BridgeServer:
         self._closing = False
         self.endpoints = Endpoints(settings.amqp_url)
         self.throttle = LoginThrottle(settings.login_failures_per_minute)
-        self.pool = pool_for(
+        self.pool = make_pool(  # one per bridge, handed to every session (Connection -> Session)
             self.endpoints,
-            settings.amqp_heartbeat,
-            settings.amqp_connect_timeout,
+            heartbeat=settings.amqp_heartbeat,
+            timeout=settings.amqp_connect_timeout,
             channels_per_connection=settings.amqp_channels_per_connection,
             min_connections=settings.amqp_min_connections_per_login,
             reuse_seconds=settings.amqp_login_reuse_seconds,
@@ -115,6 +116,7 @@ class BridgeServer:
     async def start(self) -> None:
         s = self.settings
         _raise_fd_limit()
+        install_amqp()  # once per process, idempotent: see stomp_bridge.amqp.internals.install
         # workers > 1: every worker process listens on the same ports, the kernel spreads clients
         reuse_port = s.workers > 1
         if s.port is not None:
@@ -293,7 +295,7 @@ class BridgeServer:
         task = asyncio.current_task()
         assert task is not None
         connection = Connection(
-            link, self.settings, self.counters, self.endpoints, peer=peer, initial=initial,
+            link, self.settings, self.counters, self.pool, peer=peer, initial=initial,
             credentials=credentials, peer_cert=peer_cert, security=security or self.security,
             throttle=self.throttle,
         )

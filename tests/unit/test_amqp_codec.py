@@ -10,8 +10,10 @@ from pamqp import commands as spec
 from pamqp.body import ContentBody
 from pamqp.header import ContentHeader
 
-import stomp_bridge.amqp.channel  # noqa: F401 - installs the long-integer table encoding in pamqp
 from stomp_bridge.amqp.codec import encode_ack, encode_nack, encode_publish
+from stomp_bridge.amqp.connect import install
+
+install()  # the references below are pamqp's encoding as a running bridge has it (integers as longs)
 
 FRAME_MAX = 4096
 

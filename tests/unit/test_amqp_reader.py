@@ -10,6 +10,7 @@ from pamqp.body import ContentBody
 from pamqp.header import ContentHeader
 
 from stomp_bridge.amqp.codec import decode_confirm, decode_content_header, decode_deliver
+from stomp_bridge.amqp.delivery import Delivery
 from stomp_bridge.amqp.reader import BulkFrameReceiver, ChannelHooks, Hooks, current_hooks
 
 PROPS = {
@@ -75,7 +76,7 @@ def make_receiver(channel: int = 1):
     hooks = Hooks()
     got: list = []
     hooks.channels[channel] = ChannelHooks(
-        on_delivery=lambda *args: got.append(("deliver", args)),
+        on_delivery=lambda delivery: got.append(("deliver", delivery)),
         on_confirm=lambda *args: got.append(("confirm", args)),
     )
     token = current_hooks.set(hooks)
@@ -93,9 +94,10 @@ def test_deliveries_split_anyhow_reach_the_hook_whole_and_in_order(bodies, chunk
     stream = b"".join(deliver_frames(1, i + 1, body, PROPS) for i, body in enumerate(bodies))
     stream += pamqp.frame.marshal(spec.Basic.Ack(delivery_tag=5, multiple=True), 1)
     feed(receiver, stream, chunk)
-    assert [g[1][-1] for g in got if g[0] == "deliver"] == bodies
+    assert [g[1].body for g in got if g[0] == "deliver"] == bodies
+    assert isinstance(got[0][1], Delivery)
     assert got[0][1][:5] == ("T_1", 1, False, "amq.topic", "a.b")
-    assert got[0][1][5] == PROPS
+    assert got[0][1].properties == PROPS
     assert got[-1] == ("confirm", (5, True, False))
     assert not receiver._frames and not receiver._buf
 
@@ -129,7 +131,7 @@ def test_channels_sharing_a_connection_each_get_their_own_frames_even_interleave
     ends: list[int] = []
     for number in (1, 2):
         receiver.hooks.channels[number] = ChannelHooks(
-            on_delivery=lambda *args, n=number: got[n].append(args[-1]),
+            on_delivery=lambda delivery, n=number: got[n].append(delivery.body),
             on_confirm=lambda *args, n=number: got[n].append(args),
             on_batch_end=lambda n=number: ends.append(n),
         )

@@ -1,0 +1,32 @@
+"""aiormq's exceptions as the ERROR frames the STOMP plugin sends for the same AMQP errors."""
+
+from __future__ import annotations
+
+import aiormq.exceptions as amqp_exc
+
+from stomp_bridge.protocol.errors import BrokerError, StompError
+
+
+def broker_error(exc: BaseException) -> StompError:
+    """Turn an aiormq exception into the ERROR the plugin would send.
+
+    The plugin names the AMQP error (``not_found``, ``precondition_failed`` …)
+    in the ``message`` header and quotes RabbitMQ's reply text in the body.
+    """
+    if isinstance(exc, StompError):
+        return exc
+    text = ""
+    for arg in exc.args:  # aiormq puts the reply text first or after the reply code
+        candidate = getattr(arg, "reply_text", arg)
+        if isinstance(candidate, str) and candidate:
+            text = candidate
+            break
+    if " - " in text:
+        name = text.split(" - ", 1)[0].strip().lower()
+        return BrokerError(name, text)
+    if isinstance(exc, (amqp_exc.AMQPConnectionError, ConnectionError, OSError)):
+        return BrokerError(
+            "Broker connection lost",
+            f"The connection to RabbitMQ closed ({exc!r}). Reconnect to retry.",
+        )
+    return BrokerError("Processing error", text or repr(exc))
