@@ -24,7 +24,9 @@ import uuid
 from collections import Counter
 
 from .bridgeproc import BridgeProcess
-from .broker import Management, drain_ids, vhost_url
+from testkit.management import Management
+
+from .broker import drain_ids, vhost_url
 from .client import StompClient
 
 
@@ -193,7 +195,7 @@ def _sample(bridge: BridgeProcess) -> dict:
 
 
 async def run(amqp_url: str, mgmt: Management, seconds: float, warmup: float = 5.0) -> dict:
-    vhost = mgmt.create_vhost()
+    vhost = mgmt.temporary_vhost()
     bridge = BridgeProcess(amqp_url).start()
     try:
         idle = await asyncio.to_thread(_sample, bridge)

@@ -14,19 +14,16 @@ in-process on a free port), or RabbitMQ's own STOMP plugin when
 
 from __future__ import annotations
 
-import base64
-import json
 import os
 import socket
-import urllib.error
 import urllib.parse
-import urllib.request
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
+from testkit.management import Management
 from tests import brokers
 
 TARGET = os.environ.get("STOMP_BRIDGE_TEST_TARGET", "bridge")
@@ -111,7 +108,7 @@ def broker():
     if found is None:
         pytest.fail(HOW_TO_GET_A_BROKER, pytrace=False)
     try:
-        overview = RabbitAPI(found).overview()
+        overview = Management(found.api_url, found.user, found.password).overview()
         found.version = str(overview.get("rabbitmq_version", ""))
     except Exception:  # noqa: BLE001 - the rabbit fixture reports an unreachable API
         pass
@@ -120,133 +117,9 @@ def broker():
         container.stop()
 
 
-class RabbitAPI:
-    """A small synchronous client for RabbitMQ's management HTTP API.
-
-    Tests use it to check what RabbitMQ really holds (queue names, durability,
-    arguments) and to publish or fetch messages outside STOMP.
-    """
-
-    def __init__(self, broker: Broker) -> None:
-        self.base = broker.api_url.rstrip("/")
-        token = base64.b64encode(f"{broker.user}:{broker.password}".encode()).decode()
-        self.auth = f"Basic {token}"
-
-    def request(self, method: str, path: str, body: Any = None) -> Any:
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.base + path, data=data, method=method)
-        req.add_header("Authorization", self.auth)
-        req.add_header("Content-Type", "application/json")
-        try:
-            with urllib.request.urlopen(req, timeout=10) as resp:
-                raw = resp.read()
-        except urllib.error.HTTPError as exc:
-            if exc.code == 404:
-                return None
-            raise
-        return json.loads(raw) if raw else {}
-
-    @staticmethod
-    def q(text: str) -> str:
-        return urllib.parse.quote(text, safe="")
-
-    def queue(self, name: str, vhost: str = "/") -> dict | None:
-        return self.request("GET", f"/queues/{self.q(vhost)}/{self.q(name)}")
-
-    def arguments(self, name: str, vhost: str = "/") -> dict | None:
-        """A queue's arguments as declared: RabbitMQ 4.x records ``x-queue-type: classic`` on
-        every classic queue declared without one, 3.10 nothing; tests compare without it."""
-        q = self.queue(name, vhost)
-        if q is None:
-            return None
-        args = dict(q["arguments"])
-        if args.get("x-queue-type") == "classic":
-            del args["x-queue-type"]
-        return args
-
-    def queues(self, vhost: str = "/") -> list[dict]:
-        return self.request("GET", f"/queues/{self.q(vhost)}") or []
-
-    def delete_queue(self, name: str, vhost: str = "/") -> None:
-        self.request("DELETE", f"/queues/{self.q(vhost)}/{self.q(name)}")
-
-    def declare_queue(self, name: str, vhost: str = "/", **props: Any) -> None:
-        body = {"durable": True, "auto_delete": False, "arguments": {}}
-        body.update(props)
-        self.request("PUT", f"/queues/{self.q(vhost)}/{self.q(name)}", body)
-
-    def bindings(self, queue: str, vhost: str = "/") -> list[dict]:
-        return self.request("GET", f"/queues/{self.q(vhost)}/{self.q(queue)}/bindings") or []
-
-    def publish(
-        self,
-        exchange: str,
-        routing_key: str,
-        payload: str,
-        properties: dict | None = None,
-        vhost: str = "/",
-    ) -> bool:
-        name = exchange or "amq.default"
-        res = self.request(
-            "POST",
-            f"/exchanges/{self.q(vhost)}/{self.q(name)}/publish",
-            {
-                "properties": properties or {},
-                "routing_key": routing_key,
-                "payload": payload,
-                "payload_encoding": "string",
-            },
-        )
-        return bool(res and res.get("routed"))
-
-    def get(self, queue: str, count: int = 1, vhost: str = "/") -> list[dict]:
-        return (
-            self.request(
-                "POST",
-                f"/queues/{self.q(vhost)}/{self.q(queue)}/get",
-                {"count": count, "ackmode": "ack_requeue_false", "encoding": "auto"},
-            )
-            or []
-        )
-
-    def create_vhost(self, vhost: str, user: str = "guest") -> None:
-        self.request("PUT", f"/vhosts/{self.q(vhost)}", {})
-        self.set_permissions(user, vhost)
-
-    def delete_vhost(self, vhost: str) -> None:
-        self.request("DELETE", f"/vhosts/{self.q(vhost)}")
-
-    def create_user(self, user: str, password: str, tags: str = "") -> None:
-        self.request("PUT", f"/users/{self.q(user)}", {"password": password, "tags": tags})
-
-    def delete_user(self, user: str) -> None:
-        self.request("DELETE", f"/users/{self.q(user)}")
-
-    def set_permissions(
-        self, user: str, vhost: str = "/", configure: str = ".*", write: str = ".*", read: str = ".*"
-    ) -> None:
-        self.request(
-            "PUT",
-            f"/permissions/{self.q(vhost)}/{self.q(user)}",
-            {"configure": configure, "write": write, "read": read},
-        )
-
-    def set_topic_permissions(
-        self, user: str, vhost: str = "/", exchange: str = "amq.topic", write: str = ".*", read: str = ".*"
-    ) -> None:
-        self.request(
-            "PUT",
-            f"/topic-permissions/{self.q(vhost)}/{self.q(user)}",
-            {"exchange": exchange, "write": write, "read": read},
-        )
-
-    def overview(self) -> dict:
-        return self.request("GET", "/overview")
-
-
 @pytest.fixture(scope="session")
-def rabbit(broker) -> RabbitAPI:
-    api = RabbitAPI(broker)
+def rabbit(broker) -> Management:
+    api = Management(broker.api_url, broker.user, broker.password)
     try:
         api.overview()
     except Exception as exc:  # noqa: BLE001
