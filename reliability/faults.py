@@ -25,13 +25,12 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 
+from testkit.management import Management
+from testkit.stomp import Closed, StompClient
 from tests.faultproxy import FaultProxy
 
 from .bridgeproc import BridgeProcess
-from testkit.management import Management
-
 from .broker import PrivateRabbit, drain_ids, vhost_url
-from .client import Closed, StompClient
 
 
 @dataclass

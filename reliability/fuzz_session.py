@@ -21,9 +21,9 @@ import time
 from stomp_bridge.protocol.errors import StompError
 from stomp_bridge.protocol.frames import Frame, serialize
 from testkit.management import Management
+from testkit.stomp import Closed, StompClient
 
 from .bridgeproc import BridgeProcess
-from .client import Closed, StompClient
 from .fuzz_parser import mutate
 from .probe import Probe, percentiles
 

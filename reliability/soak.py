@@ -23,11 +23,11 @@ import time
 import uuid
 from collections import Counter
 
-from .bridgeproc import BridgeProcess
 from testkit.management import Management
+from testkit.stomp import StompClient
 
+from .bridgeproc import BridgeProcess
 from .broker import drain_ids, vhost_url
-from .client import StompClient
 
 
 class Soak:
