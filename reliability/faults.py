@@ -25,9 +25,9 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 
+from testkit.faultproxy import FaultProxy
 from testkit.management import Management
 from testkit.stomp import Closed, StompClient
-from tests.faultproxy import FaultProxy
 
 from .bridgeproc import BridgeProcess
 from .broker import PrivateRabbit, drain_ids, vhost_url

@@ -15,7 +15,7 @@ import base64
 import contextlib
 import socket
 
-from tests.brokers import RabbitCtlError, rabbitmqctl
+from testkit.brokers import RabbitCtlError, rabbitmqctl
 
 __all__ = ["RabbitCtlError", "rabbitmqctl_eval"]
 
