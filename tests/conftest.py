@@ -1,4 +1,4 @@
-"""Test fixtures shared by every test.
+"""Test fixtures shared by every test (``broker``, ``rabbit`` and ``unique`` from testkit/fixtures.py).
 
 Where the broker comes from, in order: ``STOMP_BRIDGE_TEST_AMQP_URL``; the local
 broker ``STOMP_BRIDGE_TEST_BROKER`` names (4.3 by default, 4.0, or the machine's
@@ -15,47 +15,14 @@ in-process on a free port), or RabbitMQ's own STOMP plugin when
 from __future__ import annotations
 
 import os
-import uuid
 from dataclasses import dataclass
 
 import pytest
 
-from testkit.brokers import HOW_TO_GET_A_BROKER, find_broker, port_open
-from testkit.management import Management
+from testkit.brokers import port_open
+from testkit.fixtures import broker, rabbit, unique  # noqa: F401 - fixtures
 
 TARGET = os.environ.get("STOMP_BRIDGE_TEST_TARGET", "bridge")
-
-@pytest.fixture(scope="session")
-def broker():
-    try:
-        found, container = find_broker()
-    except RuntimeError as exc:
-        pytest.fail(f"{exc}\n{HOW_TO_GET_A_BROKER}", pytrace=False)
-    if found is None:
-        pytest.fail(HOW_TO_GET_A_BROKER, pytrace=False)
-    try:
-        overview = Management(found.api_url, found.user, found.password).overview()
-        found.version = str(overview.get("rabbitmq_version", ""))
-    except Exception:  # noqa: BLE001 - the rabbit fixture reports an unreachable API
-        pass
-    yield found
-    if container is not None:  # pragma: no cover
-        container.stop()
-
-
-@pytest.fixture(scope="session")
-def rabbit(broker) -> Management:
-    api = Management(broker.api_url, broker.user, broker.password)
-    try:
-        api.overview()
-    except Exception as exc:  # noqa: BLE001
-        pytest.fail(
-            f"RabbitMQ's management API is not reachable at {broker.api_url} ({exc}). "
-            "Enable it with `rabbitmq-plugins enable rabbitmq_management` "
-            "or set STOMP_BRIDGE_TEST_API_URL.",
-            pytrace=False,
-        )
-    return api
 
 
 @dataclass
@@ -88,9 +55,3 @@ def stomp_target(broker) -> StompTarget:
         yield StompTarget("127.0.0.1", bridge.port, native=False)
     finally:
         bridge.stop()
-
-
-@pytest.fixture
-def unique() -> str:
-    """A name no other test (or earlier run) uses."""
-    return uuid.uuid4().hex[:12]
