@@ -21,23 +21,18 @@ import sys
 import time
 
 from bench.procstat import cpu_seconds, start_bridge
+from testkit.stomp import StompClient
 
-CONNECT = b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\0"
 
-
-async def _login(port: int, hold: bool = False) -> tuple[float, asyncio.StreamWriter | None]:
+async def _login(port: int, hold: bool = False) -> tuple[float, StompClient | None]:
     started = time.perf_counter()
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(CONNECT)
-    frame = await reader.readuntil(b"\0")
-    if not frame.startswith(b"CONNECTED"):
-        raise RuntimeError(f"login failed: {frame[:200]!r}")
+    client = await StompClient.connect(port, heartbeat=None)  # Closed with the ERROR if refused
     latency = time.perf_counter() - started
     if hold:
-        return latency, writer
-    writer.write(b"DISCONNECT\nreceipt:bye\n\n\0")
-    await reader.readuntil(b"\0")
-    writer.close()
+        return latency, client
+    client.send("DISCONNECT", {"receipt": "bye"})
+    await client.next()
+    await client.close(wait=False)
     return latency, None
 
 
@@ -54,8 +49,8 @@ async def _run(port: int, logins: int, parallel: int, held: int) -> dict:
     started = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(parallel)))
     elapsed = time.perf_counter() - started
-    for writer in keep:
-        writer.close()
+    for client in keep:
+        await client.close(wait=False)
     latencies.sort()
     return {
         "logins_per_s": logins / elapsed,

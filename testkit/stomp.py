@@ -174,9 +174,12 @@ class StompClient:
         self.writer.transport.abort()
         self.closed = True
 
-    async def close(self) -> None:
+    async def close(self, wait: bool = True) -> None:
+        """Close (FIN); ``wait``: until the transport is closed, at most 5 s."""
         self.closed = True
         self.writer.close()
+        if not wait:
+            return
         try:
             await asyncio.wait_for(self.writer.wait_closed(), 5)
         except Exception:  # noqa: BLE001 - closing is best effort
