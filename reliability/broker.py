@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -22,7 +21,7 @@ import uuid
 
 import aiormq
 
-from .bridgeproc import free_port
+from testkit.ports import free_port, port_open
 
 
 async def drain_ids(amqp_url: str, queue: str, header: str = "msg-id", idle: float = 1.0) -> list[str]:
@@ -63,14 +62,6 @@ async def drain_ids(amqp_url: str, queue: str, header: str = "msg-id", idle: flo
 def vhost_url(amqp_url: str, vhost: str) -> str:
     parts = urllib.parse.urlsplit(amqp_url)
     return urllib.parse.urlunsplit(parts._replace(path="/" + urllib.parse.quote(vhost, safe="")))
-
-
-def _port_open(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
 
 
 class PrivateRabbit:
@@ -145,7 +136,7 @@ class PrivateRabbit:
         if result.returncode != 0:
             raise RuntimeError(f"private RabbitMQ did not start: {result.stderr.strip()}")
         deadline = time.monotonic() + timeout
-        while not _port_open(self.port):
+        while not port_open(self.port, timeout=0.5):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"private RabbitMQ {self.name} not listening on {self.port} "
                                    f"after {timeout} s; logs in {self.dir}/log")
@@ -158,7 +149,7 @@ class PrivateRabbit:
         if full:
             self._ctl("stop")
             deadline = time.monotonic() + 60
-            while _port_open(self.port) and time.monotonic() < deadline:
+            while port_open(self.port, timeout=0.5) and time.monotonic() < deadline:
                 time.sleep(0.2)
             self._boot(90)
         else:

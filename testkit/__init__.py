@@ -7,6 +7,8 @@
 - :mod:`testkit.bridge`: the bridge in a thread of the test process, with the tests' defaults
   (over the public ``stomp_bridge.testing.BackgroundBridge``).
 - :mod:`testkit.faultproxy`: a TCP proxy that cuts, delays, pauses and refuses, on command.
+- :mod:`testkit.fixtures`: the ``broker``, ``rabbit`` and ``unique`` pytest fixtures.
+- :mod:`testkit.ports`: a free local port; whether one is open.
 
 Users' own tests use the public :mod:`stomp_bridge.testing` instead.
 """

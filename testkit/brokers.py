@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from testkit.ports import port_open
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "rabbitmq4"
@@ -191,11 +192,3 @@ def rabbitmqctl(*args: str, timeout: float = 60, check: bool = True, tool: str =
     if check and done.returncode != 0:
         raise RabbitCtlError(f"{tool} {' '.join(args)} failed: {(done.stderr or done.stdout).strip()}")
     return done.stdout
-
-
-def port_open(port: int, host: str = "127.0.0.1", timeout: float = 1.0) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False

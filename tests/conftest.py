@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from testkit.brokers import port_open
 from testkit.fixtures import broker, rabbit, unique  # noqa: F401 - fixtures
+from testkit.ports import port_open
 
 TARGET = os.environ.get("STOMP_BRIDGE_TEST_TARGET", "bridge")
 
