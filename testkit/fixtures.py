@@ -1,5 +1,5 @@
-"""The pytest fixtures every suite of the repository shares (``tests/``, ``reliability/tests/``):
-import them into a conftest.py.
+"""The pytest fixtures every suite of the repository shares (``tests/``, ``reliability/tests/``),
+a plugin the repository's top-level conftest.py loads.
 
 - ``broker``: the RabbitMQ the tests use (:func:`testkit.brokers.find_broker`); fails, never
   skips, with how to get one.

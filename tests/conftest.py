@@ -1,4 +1,5 @@
-"""Test fixtures shared by every test (``broker``, ``rabbit`` and ``unique`` from testkit/fixtures.py).
+"""Test fixtures shared by every test (``broker``, ``rabbit`` and ``unique`` come from testkit/fixtures.py,
+which the repository's conftest.py loads).
 
 Where the broker comes from, in order: ``STOMP_BRIDGE_TEST_AMQP_URL``; the local
 broker ``STOMP_BRIDGE_TEST_BROKER`` names (4.3 by default, 4.0, or the machine's
@@ -19,7 +20,6 @@ from dataclasses import dataclass
 
 import pytest
 
-from testkit.fixtures import broker, rabbit, unique  # noqa: F401 - fixtures
 from testkit.ports import port_open
 
 TARGET = os.environ.get("STOMP_BRIDGE_TEST_TARGET", "bridge")
