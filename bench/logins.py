@@ -1,7 +1,7 @@
 """What a STOMP login costs, with RabbitMQ checking every login (the default) or a login cache.
 
-    python bench/logins.py                                  # RabbitMQ 4.3 of the tests (port 5643)
-    python bench/logins.py --amqp-url amqp://guest:guest@127.0.0.1:5672/ --logins 2000
+    python -m bench.logins                                  # RabbitMQ 4.3 of the tests (port 5643)
+    python -m bench.logins --amqp-url amqp://guest:guest@127.0.0.1:5672/ --logins 2000
 
 Two bridges in turn on the same broker: ``amqp_login_cache_seconds=0`` (every login that
 joins a shared AMQP connection is first checked by RabbitMQ on a connection of its own) and
@@ -16,31 +16,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from stompbench.procstat import cpu_seconds, start_bridge  # noqa: E402
-
-CONNECT = b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\0"
+from bench.procstat import cpu_seconds, start_bridge
+from testkit.stomp import StompClient
 
 
-async def _login(port: int, hold: bool = False) -> tuple[float, asyncio.StreamWriter | None]:
+async def _login(port: int, hold: bool = False) -> tuple[float, StompClient | None]:
     started = time.perf_counter()
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(CONNECT)
-    frame = await reader.readuntil(b"\0")
-    if not frame.startswith(b"CONNECTED"):
-        raise RuntimeError(f"login failed: {frame[:200]!r}")
+    client = await StompClient.connect(port, heartbeat=None)  # Closed with the ERROR if refused
     latency = time.perf_counter() - started
     if hold:
-        return latency, writer
-    writer.write(b"DISCONNECT\nreceipt:bye\n\n\0")
-    await reader.readuntil(b"\0")
-    writer.close()
+        return latency, client
+    client.send("DISCONNECT", {"receipt": "bye"})
+    await client.next()
+    await client.close(wait=False)
     return latency, None
 
 
@@ -57,8 +49,8 @@ async def _run(port: int, logins: int, parallel: int, held: int) -> dict:
     started = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(parallel)))
     elapsed = time.perf_counter() - started
-    for writer in keep:
-        writer.close()
+    for client in keep:
+        await client.close(wait=False)
     latencies.sort()
     return {
         "logins_per_s": logins / elapsed,
@@ -81,7 +73,8 @@ def measure(amqp_url: str, cache: float, args: argparse.Namespace, port: int) ->
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="python -m bench.logins", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--amqp-url", default="amqp://guest:guest@127.0.0.1:5643/")
     ap.add_argument("--logins", type=int, default=1000)
     ap.add_argument("--parallel", type=int, default=8, help="logins in flight at once")

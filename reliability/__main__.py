@@ -24,7 +24,9 @@ import urllib.parse
 from pathlib import Path
 
 from . import faults, fuzz_parser, fuzz_session, hostile, soak
-from .broker import Management, PrivateRabbit
+from testkit.management import Management
+
+from .broker import PrivateRabbit
 
 PARTS = ["parser", "session", "hostile", "faults", "soak"]
 
@@ -45,7 +47,8 @@ def amqp_url() -> str:
 def management() -> Management:
     url = urllib.parse.urlsplit(amqp_url())
     api = os.environ.get("STOMP_BRIDGE_TEST_API_URL", f"http://{url.hostname or '127.0.0.1'}:15672/api")
-    return Management(api, urllib.parse.unquote(url.username or "guest"), urllib.parse.unquote(url.password or "guest"))
+    return Management(api, urllib.parse.unquote(url.username or "guest"), urllib.parse.unquote(url.password or "guest"),
+                      timeout=30)
 
 
 async def run(parts: list[str], p: dict, work: Path, log) -> dict:
@@ -62,7 +65,7 @@ async def run(parts: list[str], p: dict, work: Path, log) -> dict:
         out["session"] = await fuzz_session.run(url, mgmt, p["sessions"], seed=int(time.time()))
     if "hostile" in parts:
         log("hostile clients ...")
-        vhost = mgmt.create_vhost()
+        vhost = mgmt.temporary_vhost()
         try:
             out["hostile"] = await hostile.run(url, vhost, p["window"], p["subscriptions"], p["baseline"])
         finally:

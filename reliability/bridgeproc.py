@@ -15,13 +15,14 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from testkit.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -80,12 +81,6 @@ def main() -> None:
         uvloop.run(_serve(sys.argv[1]))
     except ImportError:
         asyncio.run(_serve(sys.argv[1]))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass

@@ -1,78 +1,27 @@
-"""RabbitMQ housekeeping for the harness: a throwaway vhost per run, counts, and a private node.
+"""RabbitMQ housekeeping for the harness: draining a queue, vhost URLs, and a private node.
 
 Everything the harness creates on the shared broker lives in one vhost named
-``rel-<uuid>``, deleted at the end, so nothing is left behind and nothing of
-anyone else's is touched. The RabbitMQ-restart scenario never restarts the
-shared broker: :class:`PrivateRabbit` starts a node of its own (own node name,
-ports, data and log directories under /tmp, no plugins) and restarts that.
+``rel-<uuid>`` (``testkit.management.Management.temporary_vhost``), deleted at
+the end, so nothing is left behind and nothing of anyone else's is touched. The
+RabbitMQ-restart scenario never restarts the shared broker: :class:`PrivateRabbit`
+starts a node of its own (own node name, ports, data and log directories under
+/tmp, no plugins) and restarts that.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import json
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 import uuid
 
 import aiormq
 
-from .bridgeproc import free_port
-
-
-class Management:
-    def __init__(self, api: str = "http://127.0.0.1:15672/api", user: str = "guest", password: str = "guest"):
-        self.api = api.rstrip("/")
-        self.auth = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
-
-    def call(self, method: str, path: str, body: object = None) -> object:
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.api + path, data=data, method=method,
-                                     headers={"Authorization": self.auth, "Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=30) as resp:
-                raw = resp.read()
-        except urllib.error.HTTPError as exc:
-            if exc.code == 404:
-                return None
-            raise
-        return json.loads(raw) if raw else None
-
-    @staticmethod
-    def q(text: str) -> str:
-        return urllib.parse.quote(text, safe="")
-
-    def create_vhost(self, prefix: str = "rel") -> str:
-        vhost = f"{prefix}-{uuid.uuid4().hex[:10]}"
-        self.call("PUT", f"/vhosts/{self.q(vhost)}", {})
-        self.call("PUT", f"/permissions/{self.q(vhost)}/guest", {"configure": ".*", "write": ".*", "read": ".*"})
-        return vhost
-
-    def delete_vhost(self, vhost: str) -> None:
-        self.call("DELETE", f"/vhosts/{self.q(vhost)}")
-
-    def vhost_connections(self, vhost: str) -> tuple[int, int]:
-        """(AMQP connections, channels) open in ``vhost`` as the management API reports them."""
-        conns = self.call("GET", f"/vhosts/{self.q(vhost)}/connections") or []
-        chans = self.call("GET", f"/vhosts/{self.q(vhost)}/channels") or []
-        return len(conns), len(chans)  # type: ignore[arg-type]
-
-    def wait_vhost_connections(self, vhost: str, want: int, timeout: float = 30.0) -> tuple[int, int]:
-        """The API's lists lag the broker by its stats interval; poll until ``want`` or timeout."""
-        deadline = time.monotonic() + timeout
-        while True:
-            conns, chans = self.vhost_connections(vhost)
-            if conns <= want or time.monotonic() > deadline:
-                return conns, chans
-            time.sleep(1.0)
+from testkit.ports import free_port, port_open
 
 
 async def drain_ids(amqp_url: str, queue: str, header: str = "msg-id", idle: float = 1.0) -> list[str]:
@@ -113,14 +62,6 @@ async def drain_ids(amqp_url: str, queue: str, header: str = "msg-id", idle: flo
 def vhost_url(amqp_url: str, vhost: str) -> str:
     parts = urllib.parse.urlsplit(amqp_url)
     return urllib.parse.urlunsplit(parts._replace(path="/" + urllib.parse.quote(vhost, safe="")))
-
-
-def _port_open(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
 
 
 class PrivateRabbit:
@@ -195,7 +136,7 @@ class PrivateRabbit:
         if result.returncode != 0:
             raise RuntimeError(f"private RabbitMQ did not start: {result.stderr.strip()}")
         deadline = time.monotonic() + timeout
-        while not _port_open(self.port):
+        while not port_open(self.port, timeout=0.5):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"private RabbitMQ {self.name} not listening on {self.port} "
                                    f"after {timeout} s; logs in {self.dir}/log")
@@ -208,7 +149,7 @@ class PrivateRabbit:
         if full:
             self._ctl("stop")
             deadline = time.monotonic() + 60
-            while _port_open(self.port) and time.monotonic() < deadline:
+            while port_open(self.port, timeout=0.5) and time.monotonic() < deadline:
                 time.sleep(0.2)
             self._boot(90)
         else:

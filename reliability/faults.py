@@ -25,11 +25,12 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 
-from tests.faultproxy import FaultProxy
+from testkit.faultproxy import FaultProxy
+from testkit.management import Management
+from testkit.stomp import Closed, StompClient
 
 from .bridgeproc import BridgeProcess
-from .broker import Management, PrivateRabbit, drain_ids, vhost_url
-from .client import Closed, StompClient
+from .broker import PrivateRabbit, drain_ids, vhost_url
 
 
 @dataclass
@@ -152,7 +153,7 @@ async def _every(done: asyncio.Event, low: float, high: float) -> bool:
 async def proxies(amqp_url: str, mgmt: Management, seconds: float, timeout: float = 120) -> Tally:
     tally = Tally()
     parts = urllib.parse.urlsplit(amqp_url)
-    vhost = mgmt.create_vhost()
+    vhost = mgmt.temporary_vhost()
     to_rabbit = FaultProxy((parts.hostname or "127.0.0.1", parts.port or 5672)).start()
     bridge = BridgeProcess(parts._replace(netloc=f"{parts.username}:{parts.password}@127.0.0.1:{to_rabbit.port}").geturl(),
                            {"amqp_connect_timeout": 3}).start()
@@ -201,7 +202,7 @@ async def proxies(amqp_url: str, mgmt: Management, seconds: float, timeout: floa
 async def kill9(amqp_url: str, mgmt: Management, seconds: float, interval: tuple[float, float] = (1.0, 3.0),
                 timeout: float = 120) -> Tally:
     tally = Tally()
-    vhost = mgmt.create_vhost()
+    vhost = mgmt.temporary_vhost()
     bridge = BridgeProcess(amqp_url).start()
 
     async def faults(done: asyncio.Event) -> None:

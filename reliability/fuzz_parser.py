@@ -24,8 +24,9 @@ import sys
 import time
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parent.parent  # the repository: `python -m reliability.fuzz_parser` runs there
 DICT = Path(__file__).resolve().parent / "stomp.dict"
-SEEDS = Path(__file__).resolve().parent.parent / "tests" / "reliability" / "corpus" / "parser"
+SEEDS = Path(__file__).resolve().parent / "corpus" / "parser"  # committed, replayed by reliability/tests
 
 if __name__ == "__main__" and "--atheris" in sys.argv:
     import atheris
@@ -93,7 +94,7 @@ def run_atheris(runs: int, corpus: Path, max_len: int = 2048, timeout: float | N
     started = time.monotonic()
     log = corpus.parent / "fuzz-parser.log"  # libFuzzer's progress lines, to follow a long run
     with open(log, "w") as f:
-        proc = subprocess.run(args, cwd=SEEDS.parent.parent.parent.parent, stdout=f, stderr=subprocess.STDOUT,
+        proc = subprocess.run(args, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
                               timeout=timeout)
     out = log.read_text(errors="replace")
     done = re.findall(r"Done (\d+) runs", out)

@@ -20,10 +20,10 @@ import time
 
 from stomp_bridge.protocol.errors import StompError
 from stomp_bridge.protocol.frames import Frame, serialize
+from testkit.management import Management
+from testkit.stomp import Closed, StompClient
 
 from .bridgeproc import BridgeProcess
-from .broker import Management
-from .client import Closed, StompClient
 from .fuzz_parser import mutate
 from .probe import Probe, percentiles
 
@@ -172,7 +172,7 @@ async def session(port: int, vhost: str, rng: random.Random, tally: dict) -> Non
 
 
 async def run(amqp_url: str, mgmt: Management, sessions: int, seed: int = 1, parallel: int = 4) -> dict:
-    vhost = mgmt.create_vhost()
+    vhost = mgmt.temporary_vhost()
     bridge = BridgeProcess(amqp_url, {"connect_timeout": 3}).start()
     probe = await Probe(bridge.port, vhost).start()
     tally = {"sessions": 0, "bytes": 0, "errors": 0, "closed": 0, "reset": 0, "refused": 0, "frames_back": 0}

@@ -12,7 +12,7 @@ import statistics
 import time
 import uuid
 
-from .client import StompClient
+from testkit.stomp import StompClient
 
 
 def percentiles(samples: list[float]) -> dict[str, float]:

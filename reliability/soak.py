@@ -23,9 +23,11 @@ import time
 import uuid
 from collections import Counter
 
+from testkit.management import Management
+from testkit.stomp import StompClient
+
 from .bridgeproc import BridgeProcess
-from .broker import Management, drain_ids, vhost_url
-from .client import StompClient
+from .broker import drain_ids, vhost_url
 
 
 class Soak:
@@ -193,7 +195,7 @@ def _sample(bridge: BridgeProcess) -> dict:
 
 
 async def run(amqp_url: str, mgmt: Management, seconds: float, warmup: float = 5.0) -> dict:
-    vhost = mgmt.create_vhost()
+    vhost = mgmt.temporary_vhost()
     bridge = BridgeProcess(amqp_url).start()
     try:
         idle = await asyncio.to_thread(_sample, bridge)

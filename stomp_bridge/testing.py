@@ -2,7 +2,8 @@
 
 - :func:`running_bridge`: a context manager that runs the bridge in a background thread of
   the test process, on free ports, against an AMQP URL you give (a local RabbitMQ, a
-  testcontainers one). No Docker needed, starts in milliseconds.
+  testcontainers one). No Docker needed, starts in milliseconds. :class:`BackgroundBridge`
+  is the same bridge started and stopped by hand.
 - the ``stomp_bridge`` pytest fixture (``pytest_plugins = ["stomp_bridge.testing"]`` in your
   conftest.py): the same, against ``STOMP_BRIDGE_TEST_AMQP_URL`` or a local RabbitMQ;
   override the ``stomp_bridge_amqp_url`` fixture to point it elsewhere.
@@ -15,16 +16,18 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from stomp_bridge.transport.server import BridgeServer
 from stomp_bridge.settings import Settings
 
 LOCAL_RABBITMQ = "amqp://guest:guest@127.0.0.1:5672/"
 START_TIMEOUT = 30.0
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,70 @@ class RunningBridge:
         return None if self.http_port is None else f"http://{self.host}:{self.http_port}"
 
 
+class BackgroundBridge:
+    """The bridge's server on an event loop of its own, in a daemon thread of this process.
+
+    :func:`running_bridge` is the convenient form; this is for fixtures that start and stop the
+    bridge themselves, or run code on its loop (:meth:`call`).
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: BridgeServer | None = None
+        self._started = threading.Event()
+        self._failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="stomp-bridge", daemon=True)
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        self._loop = loop
+        self._server = BridgeServer(self.settings)
+        try:
+            loop.run_until_complete(self._server.start())
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller by start()
+            self._failure = exc
+            self._started.set()
+            loop.close()
+            return
+        loop.call_soon(self._started.set)  # once the loop runs: stop() right after start() finds it running
+        loop.run_forever()
+        loop.close()
+
+    def start(self, timeout: float = START_TIMEOUT) -> BridgeServer:
+        """Start the thread and wait until the bridge listens; RuntimeError says why it did not."""
+        self._thread.start()
+        if not self._started.wait(timeout):
+            raise RuntimeError(f"stomp-bridge did not start within {timeout:.0f} s")
+        if self._failure is not None:
+            raise RuntimeError(f"stomp-bridge could not start: {self._failure}") from self._failure
+        return self.server
+
+    @property
+    def server(self) -> BridgeServer:
+        assert self._server is not None, "start() first"
+        return self._server
+
+    def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(*args)`` on the bridge's loop and return its result."""
+        assert self._loop is not None, "start() first"
+
+        async def run() -> T:
+            return fn(*args)
+
+        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(START_TIMEOUT)
+
+    def stop(self) -> None:
+        """Close the bridge (drained, as on SIGTERM) and end its thread; safe if it never started."""
+        loop, server = self._loop, self._server
+        if loop is not None and server is not None and loop.is_running():
+            asyncio.run_coroutine_threadsafe(server.close(), loop).result(START_TIMEOUT + self.settings.shutdown_grace)
+            loop.call_soon_threadsafe(loop.stop)
+        if self._thread.is_alive():
+            self._thread.join(START_TIMEOUT)
+
+
 @contextmanager
 def running_bridge(amqp_url: str = LOCAL_RABBITMQ, **settings: Any) -> Iterator[RunningBridge]:
     """A bridge on 127.0.0.1 with free STOMP and HTTP ports, closed (drained) on exit.
@@ -64,29 +131,9 @@ def running_bridge(amqp_url: str = LOCAL_RABBITMQ, **settings: Any) -> Iterator[
     settings.setdefault("http_port", 0)
     settings.setdefault("ws_port", 0)
     config = Settings(amqp_url=amqp_url, **settings)
-    loop = asyncio.new_event_loop()
-    server = BridgeServer(config)
-    started = threading.Event()
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        asyncio.set_event_loop(loop)
-        try:
-            loop.run_until_complete(server.start())
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller below
-            failure.append(exc)
-            started.set()
-            return
-        started.set()
-        loop.run_forever()
-
-    thread = threading.Thread(target=run, name="stomp-bridge", daemon=True)
-    thread.start()
+    bridge = BackgroundBridge(config)
     try:
-        if not started.wait(START_TIMEOUT):
-            raise RuntimeError(f"stomp-bridge did not start within {START_TIMEOUT:.0f} s")
-        if failure:
-            raise RuntimeError(f"stomp-bridge could not start: {failure[0]}") from failure[0]
+        server = bridge.start()
         yield RunningBridge(
             host=config.host,
             port=server.port,
@@ -95,11 +142,7 @@ def running_bridge(amqp_url: str = LOCAL_RABBITMQ, **settings: Any) -> Iterator[
             settings=config,
         )
     finally:
-        if loop.is_running():
-            asyncio.run_coroutine_threadsafe(server.close(), loop).result(START_TIMEOUT + config.shutdown_grace)
-            loop.call_soon_threadsafe(loop.stop)
-        thread.join(START_TIMEOUT)
-        loop.close()
+        bridge.stop()
 
 
 def __getattr__(name: str) -> Any:

@@ -1,8 +1,9 @@
-"""Test fixtures shared by every test.
+"""Test fixtures shared by every test (``broker``, ``rabbit`` and ``unique`` come from testkit/fixtures.py,
+which the repository's conftest.py loads).
 
 Where the broker comes from, in order: ``STOMP_BRIDGE_TEST_AMQP_URL``; the local
 broker ``STOMP_BRIDGE_TEST_BROKER`` names (4.3 by default, 4.0, or the machine's
-own: tests/brokers.py, started when it does not answer); a testcontainers RabbitMQ
+own: testkit/brokers.py, started when it does not answer); a testcontainers RabbitMQ
 when Docker is running. Without any of them integration tests fail (never skip) and
 say how to get one.
 
@@ -14,249 +15,14 @@ in-process on a free port), or RabbitMQ's own STOMP plugin when
 
 from __future__ import annotations
 
-import base64
-import json
 import os
-import socket
-import urllib.error
-import urllib.parse
-import urllib.request
-import uuid
 from dataclasses import dataclass
-from typing import Any
 
 import pytest
 
-from tests import brokers
+from testkit.ports import port_open
 
 TARGET = os.environ.get("STOMP_BRIDGE_TEST_TARGET", "bridge")
-
-HOW_TO_GET_A_BROKER = (
-    "Integration tests need a RabbitMQ. By default they use RabbitMQ 4.3, which "
-    "`bash scripts/rabbitmq4 start 4.3` builds (debootstrap, as root) and starts; "
-    "STOMP_BRIDGE_TEST_BROKER=4.0 or =system picks RabbitMQ 4.0 or the machine's own "
-    "(`rabbitmq-server -detached`, Debian package `rabbitmq-server`); or point "
-    "STOMP_BRIDGE_TEST_AMQP_URL at one (e.g. amqp://guest:guest@host:5672/), or run Docker "
-    "so testcontainers can start one."
-)
-
-
-def _port_open(host: str, port: int, timeout: float = 1.0) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
-@dataclass
-class Broker:
-    amqp_url: str
-    host: str
-    api_url: str  # management HTTP API base, e.g. http://127.0.0.1:15672/api
-    user: str
-    password: str
-    native_port: int = 61613  # the broker's own STOMP plugin
-    local: brokers.LocalBroker | None = None  # None: a remote broker (no rabbitmqctl)
-    version: str = ""  # RabbitMQ's version, from the management API
-
-    @property
-    def version_tuple(self) -> tuple[int, ...]:
-        return tuple(int(p) for p in self.version.split(".")[:3] if p.isdigit())
-
-
-def _find_broker() -> tuple[Broker | None, Any]:
-    url = os.environ.get("STOMP_BRIDGE_TEST_AMQP_URL")
-    container = None
-    local = brokers.selected()
-    if local is not None:
-        local.ensure_running()  # raises with how to start it by hand
-        url = local.amqp_url
-    if not url:
-        try:  # pragma: no cover - only where Docker runs
-            from testcontainers.rabbitmq import RabbitMqContainer
-
-            container = RabbitMqContainer("rabbitmq:4.3-management")
-            container.start()
-            host = container.get_container_host_ip()
-            port = container.get_exposed_port(5672)
-            url = f"amqp://guest:guest@{host}:{port}/"
-        except Exception:  # noqa: BLE001 - any failure means "no Docker"
-            return None, None
-    parsed = urllib.parse.urlsplit(url)
-    host = parsed.hostname or "127.0.0.1"
-    default_api = local.api_url if local is not None else f"http://{host}:15672/api"
-    api = os.environ.get("STOMP_BRIDGE_TEST_API_URL", default_api)
-    native = os.environ.get("STOMP_BRIDGE_TEST_NATIVE_PORT")
-    return (
-        Broker(
-            amqp_url=url,
-            host=host,
-            api_url=api,
-            user=urllib.parse.unquote(parsed.username or "guest"),
-            password=urllib.parse.unquote(parsed.password or "guest"),
-            native_port=int(native) if native else (local.stomp_port if local is not None else 61613),
-            local=local,
-        ),
-        container,
-    )
-
-
-@pytest.fixture(scope="session")
-def broker():
-    try:
-        found, container = _find_broker()
-    except RuntimeError as exc:
-        pytest.fail(f"{exc}\n{HOW_TO_GET_A_BROKER}", pytrace=False)
-    if found is None:
-        pytest.fail(HOW_TO_GET_A_BROKER, pytrace=False)
-    try:
-        overview = RabbitAPI(found).overview()
-        found.version = str(overview.get("rabbitmq_version", ""))
-    except Exception:  # noqa: BLE001 - the rabbit fixture reports an unreachable API
-        pass
-    yield found
-    if container is not None:  # pragma: no cover
-        container.stop()
-
-
-class RabbitAPI:
-    """A small synchronous client for RabbitMQ's management HTTP API.
-
-    Tests use it to check what RabbitMQ really holds (queue names, durability,
-    arguments) and to publish or fetch messages outside STOMP.
-    """
-
-    def __init__(self, broker: Broker) -> None:
-        self.base = broker.api_url.rstrip("/")
-        token = base64.b64encode(f"{broker.user}:{broker.password}".encode()).decode()
-        self.auth = f"Basic {token}"
-
-    def request(self, method: str, path: str, body: Any = None) -> Any:
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.base + path, data=data, method=method)
-        req.add_header("Authorization", self.auth)
-        req.add_header("Content-Type", "application/json")
-        try:
-            with urllib.request.urlopen(req, timeout=10) as resp:
-                raw = resp.read()
-        except urllib.error.HTTPError as exc:
-            if exc.code == 404:
-                return None
-            raise
-        return json.loads(raw) if raw else {}
-
-    @staticmethod
-    def q(text: str) -> str:
-        return urllib.parse.quote(text, safe="")
-
-    def queue(self, name: str, vhost: str = "/") -> dict | None:
-        return self.request("GET", f"/queues/{self.q(vhost)}/{self.q(name)}")
-
-    def arguments(self, name: str, vhost: str = "/") -> dict | None:
-        """A queue's arguments as declared: RabbitMQ 4.x records ``x-queue-type: classic`` on
-        every classic queue declared without one, 3.10 nothing; tests compare without it."""
-        q = self.queue(name, vhost)
-        if q is None:
-            return None
-        args = dict(q["arguments"])
-        if args.get("x-queue-type") == "classic":
-            del args["x-queue-type"]
-        return args
-
-    def queues(self, vhost: str = "/") -> list[dict]:
-        return self.request("GET", f"/queues/{self.q(vhost)}") or []
-
-    def delete_queue(self, name: str, vhost: str = "/") -> None:
-        self.request("DELETE", f"/queues/{self.q(vhost)}/{self.q(name)}")
-
-    def declare_queue(self, name: str, vhost: str = "/", **props: Any) -> None:
-        body = {"durable": True, "auto_delete": False, "arguments": {}}
-        body.update(props)
-        self.request("PUT", f"/queues/{self.q(vhost)}/{self.q(name)}", body)
-
-    def bindings(self, queue: str, vhost: str = "/") -> list[dict]:
-        return self.request("GET", f"/queues/{self.q(vhost)}/{self.q(queue)}/bindings") or []
-
-    def publish(
-        self,
-        exchange: str,
-        routing_key: str,
-        payload: str,
-        properties: dict | None = None,
-        vhost: str = "/",
-    ) -> bool:
-        name = exchange or "amq.default"
-        res = self.request(
-            "POST",
-            f"/exchanges/{self.q(vhost)}/{self.q(name)}/publish",
-            {
-                "properties": properties or {},
-                "routing_key": routing_key,
-                "payload": payload,
-                "payload_encoding": "string",
-            },
-        )
-        return bool(res and res.get("routed"))
-
-    def get(self, queue: str, count: int = 1, vhost: str = "/") -> list[dict]:
-        return (
-            self.request(
-                "POST",
-                f"/queues/{self.q(vhost)}/{self.q(queue)}/get",
-                {"count": count, "ackmode": "ack_requeue_false", "encoding": "auto"},
-            )
-            or []
-        )
-
-    def create_vhost(self, vhost: str, user: str = "guest") -> None:
-        self.request("PUT", f"/vhosts/{self.q(vhost)}", {})
-        self.set_permissions(user, vhost)
-
-    def delete_vhost(self, vhost: str) -> None:
-        self.request("DELETE", f"/vhosts/{self.q(vhost)}")
-
-    def create_user(self, user: str, password: str, tags: str = "") -> None:
-        self.request("PUT", f"/users/{self.q(user)}", {"password": password, "tags": tags})
-
-    def delete_user(self, user: str) -> None:
-        self.request("DELETE", f"/users/{self.q(user)}")
-
-    def set_permissions(
-        self, user: str, vhost: str = "/", configure: str = ".*", write: str = ".*", read: str = ".*"
-    ) -> None:
-        self.request(
-            "PUT",
-            f"/permissions/{self.q(vhost)}/{self.q(user)}",
-            {"configure": configure, "write": write, "read": read},
-        )
-
-    def set_topic_permissions(
-        self, user: str, vhost: str = "/", exchange: str = "amq.topic", write: str = ".*", read: str = ".*"
-    ) -> None:
-        self.request(
-            "PUT",
-            f"/topic-permissions/{self.q(vhost)}/{self.q(user)}",
-            {"exchange": exchange, "write": write, "read": read},
-        )
-
-    def overview(self) -> dict:
-        return self.request("GET", "/overview")
-
-
-@pytest.fixture(scope="session")
-def rabbit(broker) -> RabbitAPI:
-    api = RabbitAPI(broker)
-    try:
-        api.overview()
-    except Exception as exc:  # noqa: BLE001
-        pytest.fail(
-            f"RabbitMQ's management API is not reachable at {broker.api_url} ({exc}). "
-            "Enable it with `rabbitmq-plugins enable rabbitmq_management` "
-            "or set STOMP_BRIDGE_TEST_API_URL.",
-            pytrace=False,
-        )
-    return api
 
 
 @dataclass
@@ -273,7 +39,7 @@ class StompTarget:
 @pytest.fixture(scope="session")
 def stomp_target(broker) -> StompTarget:
     if TARGET == "native":
-        if not _port_open(broker.host, broker.native_port):
+        if not port_open(broker.native_port, broker.host):
             pytest.fail(
                 f"STOMP_BRIDGE_TEST_TARGET=native but nothing answers on {broker.host}:{broker.native_port}. "
                 "Run `rabbitmq-plugins enable rabbitmq_stomp`.",
@@ -281,7 +47,7 @@ def stomp_target(broker) -> StompTarget:
             )
         yield StompTarget(broker.host, broker.native_port, native=True)
         return
-    from tests.bridge_runner import BridgeThread
+    from testkit.bridge import BridgeThread
 
     bridge = BridgeThread(amqp_url=broker.amqp_url)
     bridge.start()
@@ -289,9 +55,3 @@ def stomp_target(broker) -> StompTarget:
         yield StompTarget("127.0.0.1", bridge.port, native=False)
     finally:
         bridge.stop()
-
-
-@pytest.fixture
-def unique() -> str:
-    """A name no other test (or earlier run) uses."""
-    return uuid.uuid4().hex[:12]

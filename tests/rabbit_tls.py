@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import socket
 
-from tests.brokers import RabbitCtlError, rabbitmqctl
+from testkit.brokers import RabbitCtlError, rabbitmqctl
 
 __all__ = ["RabbitCtlError", "rabbitmqctl_eval"]
 
@@ -26,12 +25,6 @@ def rabbitmqctl_eval(expression: str, timeout: float = 60) -> str:
 
 def _bin(data: bytes) -> str:
     return f'base64:decode(<<"{base64.b64encode(data).decode()}">>)'
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def start_tls_listener(port: int, cacerts_der: list[bytes], cert_der: bytes, key_der: bytes) -> None:

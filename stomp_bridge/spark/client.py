@@ -4,8 +4,8 @@ Every Spark task opens its own connection, does one bounded job (publish its
 rows, read one offset range, drain N messages) and closes it. A blocking
 socket with explicit deadlines is the simplest thing to reason about inside a
 task: no threads, no event loop, nothing left running when the task ends.
-Only the standard library is imported, so executors need none of the bridge's
-server dependencies.
+Frames are the bridge's own (``stomp_bridge.protocol``: pure, standard library only), so
+executors need none of the bridge's server dependencies.
 """
 
 from __future__ import annotations
@@ -13,85 +13,38 @@ from __future__ import annotations
 import select
 import socket
 import ssl
+import sys
 import time
-from dataclasses import dataclass, field
 from typing import Iterator
 
+from stomp_bridge.protocol.errors import StompError
+from stomp_bridge.protocol.frames import Frame, serialize
+from stomp_bridge.protocol.parser import FrameParser, Limits
 from stomp_bridge.spark.options import ConnectionOptions
 
-_ESCAPE = str.maketrans({"\\": "\\\\", "\n": "\\n", "\r": "\\r", ":": "\\c"})
-_UNESCAPE = {"\\": "\\", "n": "\n", "r": "\r", "c": ":"}
+__all__ = ["Frame", "StompClient", "StompClientError", "check", "describe", "encode_frame", "parse_frame"]
+
+# The server's frames are read without the bridge's own bounds: a task reads what RabbitMQ holds.
+_UNBOUNDED = Limits(max_frame_size=sys.maxsize, max_headers=sys.maxsize, max_header_length=sys.maxsize)
 
 
 class StompClientError(RuntimeError):
     """The server sent ERROR, closed the connection, or did not answer in time."""
 
 
-@dataclass
-class Frame:
-    command: str
-    headers: dict[str, str] = field(default_factory=dict)
-    body: bytes = b""
-
-
-def _unescape(value: str) -> str:
-    if "\\" not in value:
-        return value
-    out, i = [], 0
-    while i < len(value):
-        ch = value[i]
-        if ch == "\\" and i + 1 < len(value):
-            out.append(_UNESCAPE.get(value[i + 1], value[i : i + 2]))
-            i += 2
-        else:
-            out.append(ch)
-            i += 1
-    return "".join(out)
-
-
 def encode_frame(command: str, headers: dict[str, str], body: bytes = b"") -> bytes:
-    """STOMP 1.2 frame; CONNECT headers are not escaped (STOMP 1.2), ``content-length`` always set for bodies."""
-    lines = [command]
-    escape = command != "CONNECT"
-    for name, value in headers.items():
-        value = str(value)
-        lines.append(f"{name.translate(_ESCAPE)}:{value.translate(_ESCAPE)}" if escape else f"{name}:{value}")
-    if body:
-        lines.append(f"content-length:{len(body)}")
-    return ("\n".join(lines) + "\n\n").encode() + body + b"\0"
+    """A STOMP 1.2 frame (``protocol.frames.serialize``): CONNECT headers are not escaped
+    (STOMP 1.2), ``content-length`` always set for bodies; header values may be any ``str()``-able."""
+    return serialize(Frame(command, {name: str(value) for name, value in headers.items()}, body), "1.2")
 
 
 def parse_frame(buffer: bytearray) -> Frame | None:
     """Take one frame off the front of ``buffer`` (heart-beat EOLs skipped), or None if incomplete."""
-    start = 0
-    while start < len(buffer) and buffer[start] in (10, 13):
-        start += 1
-    end_headers = buffer.find(b"\n\n", start)
-    if end_headers < 0:
-        if start:
-            del buffer[:start]
-        return None
-    lines = buffer[start:end_headers].decode("utf-8").replace("\r\n", "\n").split("\n")
-    command = lines[0]
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        name, _, value = line.partition(":")
-        if command != "CONNECTED":
-            name, value = _unescape(name), _unescape(value)
-        headers.setdefault(name, value)  # STOMP 1.2: a repeated header's first value wins
-    body_start = end_headers + 2
-    length = headers.get("content-length")
-    if length is not None:
-        body_end = body_start + int(length)
-        if len(buffer) < body_end + 1:
-            return None
-    else:
-        body_end = buffer.find(b"\0", body_start)
-        if body_end < 0:
-            return None
-    body = bytes(buffer[body_start:body_end])
-    del buffer[: body_end + 1]
-    return Frame(command, headers, body)
+    parser = FrameParser(_UNBOUNDED)
+    parser.feed(bytes(buffer))
+    frame = parser.next_frame()
+    del buffer[: len(buffer) - parser.buffered]
+    return frame
 
 
 class StompClient:
@@ -100,7 +53,7 @@ class StompClient:
     def __init__(self, options: ConnectionOptions) -> None:
         self.options = options
         self._sock: socket.socket | None = None
-        self._buffer = bytearray()
+        self._parser = FrameParser(_UNBOUNDED)
         self.server: str | None = None
 
     def __enter__(self) -> "StompClient":
@@ -143,7 +96,11 @@ class StompClient:
         if self._sock is None:
             raise StompClientError("not connected")
         try:
-            self._sock.sendall(encode_frame(command, headers, body))
+            data = encode_frame(command, headers, body)
+        except ValueError as exc:  # a header STOMP cannot carry (an EOL in a CONNECT header)
+            raise StompClientError(f"cannot send {command}: {exc}") from exc
+        try:
+            self._sock.sendall(data)
         except OSError as exc:
             # An ERROR may already be waiting: it explains the close better than EPIPE.
             frame = self.poll(1.0, raise_on_close=False)
@@ -156,7 +113,12 @@ class StompClient:
         deadline = time.monotonic() + timeout
         sock = self._sock
         while True:
-            frame = parse_frame(self._buffer)
+            try:
+                frame = self._parser.next_frame()
+            except StompError as exc:
+                raise StompClientError(
+                    f"the STOMP server at {self.options.host}:{self.options.port} sent a malformed frame: {exc}"
+                ) from exc
             if frame is not None:
                 return frame
             if sock is None:
@@ -180,7 +142,7 @@ class StompClient:
                     return None
                 raise StompClientError(
                     f"the STOMP server at {self.options.host}:{self.options.port} closed the connection")
-            self._buffer += data
+            self._parser.feed(data)
 
     def expect(self, timeout: float | None = None) -> Frame:
         """The next frame, or StompClientError after ``timeout`` (default: the read timeout)."""

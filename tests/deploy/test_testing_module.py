@@ -23,7 +23,8 @@ from testcontainers.core.network import Network
 from testcontainers.core.wait_strategies import HttpWaitStrategy
 
 from stomp_bridge import containers, testing
-from stomp_bridge.testing import running_bridge
+from stomp_bridge.settings import Settings
+from stomp_bridge.testing import BackgroundBridge, running_bridge
 
 # An explicit API version makes docker-py skip asking the (absent) engine for one.
 NO_ENGINE = {"version": "1.44"}
@@ -69,6 +70,22 @@ def test_running_bridge_says_why_it_could_not_start():
         with pytest.raises(RuntimeError, match="could not start"):
             with running_bridge("amqp://guest:guest@127.0.0.1:5672/", port=port):
                 pass
+
+
+@pytest.mark.integration
+def test_background_bridge_is_started_used_and_stopped_by_hand(broker):
+    bridge = BackgroundBridge(Settings(amqp_url=broker.amqp_url, host="127.0.0.1", port=0, http_port=None,
+                                       ws_port=None))
+    server = bridge.start()
+    try:
+        port = server.port
+        assert bridge.call(lambda: server.port) == port  # run on the bridge's own loop
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    finally:
+        bridge.stop()
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    bridge.stop()  # twice is harmless
 
 
 def test_running_bridge_validates_settings_before_starting():

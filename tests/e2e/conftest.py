@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.bridge_runner import BridgeThread
+from testkit.bridge import BridgeThread
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"

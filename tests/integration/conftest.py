@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.bridge_runner import BridgeThread
+from testkit.bridge import BridgeThread
 from tests.integration.rawstomp import RawStomp
 from tests.integration.stomp_client import Client
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from testkit.ports import free_port
 from tests.integration.rawstomp import build_frame
 
 pytestmark = pytest.mark.skipif(
@@ -63,12 +64,6 @@ def non_loopback_ipv4() -> str | None:
         if not match.group(1).startswith("127."):
             return match.group(1)
     return None
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def parse_version(text: str) -> tuple[int, ...]:

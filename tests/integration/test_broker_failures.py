@@ -8,8 +8,8 @@ import urllib.parse
 
 import pytest
 
-from tests.bridge_runner import BridgeThread
-from tests.faultproxy import FaultProxy
+from testkit.bridge import BridgeThread
+from testkit.faultproxy import FaultProxy
 from tests.integration.rawstomp import RawStomp
 
 pytestmark = pytest.mark.skipif(

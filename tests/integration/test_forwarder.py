@@ -205,7 +205,7 @@ def test_forwarder_killed_mid_stream_loses_nothing(peer_node, broker, forwarder,
 def test_forwarder_waits_for_its_peer_and_survives_a_peer_restart(
     bridge, tls_settings, broker, forwarder, queues, unique, tmp_path
 ):
-    from tests.rabbit_tls import free_port
+    from testkit.ports import free_port
 
     target = f"fwd-{unique}-{FWD_NODE}"
     queues.append(target)

@@ -16,7 +16,7 @@ import pytest
 from stomp_bridge.metrics import CLOSE_REASONS
 from stomp_bridge.protocol.frames import CLIENT_COMMANDS, SERVER_COMMANDS
 from stomp_bridge.tls import HANDSHAKE_FAILURES
-from tests.bridge_runner import BridgeThread
+from testkit.bridge import BridgeThread
 from tests.integration.conftest import CONNECT_FAILURE_CLOSE_TIMEOUT
 from tests.integration.rawstomp import RawStomp
 

@@ -6,9 +6,8 @@ import os
 
 import pytest
 
+from testkit.brokers import rabbitmqctl
 from tests.integration.rawstomp import FrameTimeout
-
-from tests.brokers import rabbitmqctl
 
 pytestmark = pytest.mark.rabbitmqctl  # raises a memory alarm on the local broker
 

@@ -206,7 +206,7 @@ def _unacked_by_user(user: str) -> int:
     """RabbitMQ's live count (not the management API's sampled one) of the user's unacked deliveries."""
     import json
 
-    from tests.brokers import rabbitmqctl
+    from testkit.brokers import rabbitmqctl
 
     out = rabbitmqctl("list_channels", "-q", "--formatter", "json", "user", "messages_unacknowledged")
     return sum(row["messages_unacknowledged"] for row in json.loads(out or "[]") if row["user"] == user)
@@ -241,7 +241,7 @@ def test_many_sessions_of_one_login_never_pass_the_channel_cap_and_cost_others_n
     user's login is unaffected (RabbitMQ's own view: rabbitmqctl list_connections)."""
     import json
 
-    from tests.brokers import rabbitmqctl
+    from testkit.brokers import rabbitmqctl
 
     b = bridge(amqp_channels_per_connection=8, amqp_min_connections_per_login=1)
     conns = []

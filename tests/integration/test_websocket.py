@@ -27,7 +27,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed, InvalidMessage, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
-from tests.bridge_runner import BridgeThread
+from testkit.bridge import BridgeThread
 from tests.integration.test_backpressure import COUNT, SIZE, _ready
 from tests.integration.test_bridge_settings import CLI_EXIT_TIMEOUT, CLI_START_TIMEOUT, CliProcess
 from tests.integration.test_operations import get, metric

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
+from testkit.ports import free_port
 from tests import pki, rabbit_tls
 from tests.integration.rawstomp import RawStomp
 
@@ -136,7 +137,7 @@ def amqps(broker, test_pki) -> Amqps:
             pytrace=False,
         )
     server = pki.server_cert(test_pki.ca, "rabbitmq")
-    port = rabbit_tls.free_port()
+    port = free_port()
     rabbit_tls.start_tls_listener(port, [test_pki.signer.cert_der], server.cert_der, server.key_der)
     rabbit_tls.enable_external()
     yield Amqps(f"amqps://guest:guest@127.0.0.1:{port}/", port)

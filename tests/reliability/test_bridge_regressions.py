@@ -46,7 +46,7 @@ def test_connect_timeout_does_not_cut_a_login_that_rabbitmq_is_slow_to_answer(br
     # the login itself is bounded by amqp_connect_timeout.
     import urllib.parse
 
-    from tests.faultproxy import FaultProxy
+    from testkit.faultproxy import FaultProxy
 
     parts = urllib.parse.urlsplit(broker.amqp_url)
     with FaultProxy((parts.hostname or "127.0.0.1", parts.port or 5672)) as slow_rabbit:

@@ -2,19 +2,34 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 from tests.integration.rawstomp import RawStomp
 from tests.spark.conftest import consume
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "spark"))
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "spark"
 
-import bulk_load  # noqa: E402
-import windowed_aggregation  # noqa: E402
+
+def _example(name: str) -> ModuleType:
+    """examples/spark/<name>.py imported under its own name, as running a job from that directory
+    does (the jobs import their sibling ``common``), without putting the directory on sys.path."""
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+_example("common")
+bulk_load = _example("bulk_load")
+windowed_aggregation = _example("windowed_aggregation")
 
 
 def _connection_args(stomp_target) -> list[str]:

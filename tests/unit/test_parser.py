@@ -320,6 +320,20 @@ def test_buffer_stays_below_max_frame_size_after_each_drain(data, chunk):
         pass
 
 
+def test_a_partial_header_line_is_measured_from_its_own_start_not_the_chunks():
+    # Found by atheris: the line-length check for a header line still in flight
+    # counted from where the read began, so earlier complete lines in the same
+    # chunk made a legal line "too long" (whole input refused, same bytes fed
+    # one at a time accepted).
+    limits = Limits(max_header_length=48)
+    head = b"SEND\n" + b"a:" + b"x" * 40 + b"\n" + b"b:" + b"y" * 46
+    whole = FrameParser(limits)
+    whole.feed(head)
+    assert whole.next_frame() is None
+    whole.feed(b"\n\n\0")
+    assert whole.next_frame() is not None
+
+
 # --- incremental feeding --------------------------------------------------------
 
 _wire_frames = st.lists(

@@ -1,7 +1,7 @@
 """Rows per second through the bridge with the Spark connector (format("stomp")), 1 and 2 partitions.
 
-    python bench/spark_bench.py                       # starts a bridge on --bridge-port, local[2]
-    python bench/spark_bench.py --rows 50000 --runs 3 --json spark.json
+    python -m bench.spark                       # starts a bridge on --bridge-port, local[2]
+    python -m bench.spark --rows 50000 --runs 3 --json spark.json
 
 Per partition count and run: a batch write of ``--rows`` rows (persistent
 SENDs, receipt each, window ``--window``) into a fresh stream queue, then a
@@ -14,31 +14,21 @@ Java 17+. Run by hand: numbers go in the README, never into test assertions.
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import os
 import statistics
 import sys
 import time
-import urllib.request
 import uuid
 
-sys.path.insert(0, os.path.dirname(__file__))
-
-from stompbench.procstat import start_bridge  # noqa: E402
-
-
-def _api(args: argparse.Namespace, method: str, path: str, body: dict | None = None) -> None:
-    req = urllib.request.Request(args.api.rstrip("/") + path, method=method,
-                                 data=None if body is None else json.dumps(body).encode())
-    req.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
-    req.add_header("Content-Type", "application/json")
-    urllib.request.urlopen(req, timeout=10).read()
+from bench.procstat import start_bridge
+from testkit.management import Management
 
 
 def one_run(spark, args: argparse.Namespace, partitions: int) -> dict:
     stream = f"spark-bench-{uuid.uuid4().hex[:8]}"
-    _api(args, "PUT", f"/queues/%2F/{stream}", {"durable": True, "arguments": {"x-queue-type": "stream"}})
+    rabbit = Management(args.api)
+    rabbit.declare_queue(stream, arguments={"x-queue-type": "stream"})
     conn = {"host": "127.0.0.1", "port": str(args.bridge_port), "login": "guest", "passcode": "guest",
             "destination": f"/amq/queue/{stream}"}
     try:
@@ -56,11 +46,12 @@ def one_run(spark, args: argparse.Namespace, partitions: int) -> dict:
             raise RuntimeError(f"read {read} rows back, wrote {args.rows}")
         return {"partitions": partitions, "write_rows_per_s": args.rows / write_s, "read_rows_per_s": read / read_s}
     finally:
-        _api(args, "DELETE", f"/queues/%2F/{stream}")
+        rabbit.delete_queue(stream)
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="python -m bench.spark", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bridge-port", type=int, default=61634)
     ap.add_argument("--no-start", action="store_true", help="a bridge already runs on --bridge-port")
     ap.add_argument("--rows", type=int, default=20000)

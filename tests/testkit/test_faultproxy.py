@@ -12,7 +12,7 @@ from typing import Self
 
 import pytest
 
-from tests.faultproxy import FaultProxy
+from testkit.faultproxy import FaultProxy
 
 WAIT = 5.0  # upper bound on every wait that should succeed
 QUIET = 0.3  # how long "nothing arrives" is watched for (a negative cannot wait on an event)

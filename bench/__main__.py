@@ -1,10 +1,10 @@
 """Side-by-side throughput and latency of the bridge and RabbitMQ's native STOMP plugin.
 
-    python bench/bench.py                          # starts a bridge, uses native on 61613
-    python bench/bench.py --runs 5 --messages 20000 --json out.json
-    python bench/bench.py --only fanout,pingpong
-    python bench/bench.py --only idle --connections 1000 --hold 30
-    python bench/bench.py --only idle --connections 10000 --no-subscribe --hold 60
+    python -m bench                          # starts a bridge, uses native on 61613
+    python -m bench --runs 5 --messages 20000 --json out.json
+    python -m bench --only fanout,pingpong
+    python -m bench --only idle --connections 1000 --hold 30
+    python -m bench --only idle --connections 10000 --no-subscribe --hold 60
 
 Same client (a lean asyncio STOMP client built on the project's own codec),
 same broker, interleaved A/B runs; prints the median of each scenario, the
@@ -29,18 +29,17 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 
-sys.path.insert(0, os.path.dirname(__file__))
-
-from stompbench.client import BenchError, Rabbit  # noqa: E402
-from stompbench.idle import run_idle  # noqa: E402
-from stompbench.procstat import Probe, start_bridge  # noqa: E402
-from stompbench.scenarios import scenario_consume, scenario_fanout, scenario_pingpong, scenario_send  # noqa: E402
+from bench.idle import run_idle
+from bench.procstat import Probe, start_bridge
+from bench.scenarios import BenchError, scenario_consume, scenario_fanout, scenario_pingpong, scenario_send
+from testkit.management import Management
+from testkit.stomp import ClientError
 
 AB_SCENARIOS = ["send-persistent", "send", "consume", "fanout", "pingpong"]
 ALL = [*AB_SCENARIOS, "idle"]
 
 
-def ab_table(args: argparse.Namespace, rabbit: Rabbit) -> dict[str, tuple[str, Callable[[int], Awaitable[dict]]]]:
+def ab_table(args: argparse.Namespace, rabbit: Management) -> dict[str, tuple[str, Callable[[int], Awaitable[dict]]]]:
     m = args.messages
     return {
         "send-persistent": ("persistent SEND, receipt each, 4 conns, window 100 (msg/s)",
@@ -135,7 +134,8 @@ def print_idle(r: dict) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bridge-port", type=int, default=61633)
     ap.add_argument("--native-port", type=int, default=61613)
     ap.add_argument("--messages", type=int, default=20000, help="per run (fan-out publishes messages / 10)")
@@ -164,7 +164,7 @@ def main() -> int:
         print(f"note: {args.connections} connections means "
               f"{-(-args.connections // args.channels_per_connection)} AMQP connections to RabbitMQ")
 
-    rabbit = Rabbit(args.api)
+    rabbit = Management(args.api)
     proc = None if args.no_start else start_bridge(
         args.bridge_port, {"amqp_channels_per_connection": str(args.channels_per_connection)})
     pid = proc.pid if proc else None
@@ -209,7 +209,7 @@ def main() -> int:
             print_idle(idle)
             if idle["errors"]:
                 status = 1
-    except BenchError as exc:
+    except (BenchError, ClientError) as exc:
         print(f"\nABORTED: {exc}", file=sys.stderr)
         report["aborted"] = str(exc)
         status = 2

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+ROOT = os.path.join(os.path.dirname(__file__), "..")
 TICK = os.sysconf("SC_CLK_TCK")
 
 

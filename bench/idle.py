@@ -29,9 +29,10 @@ import resource
 import statistics
 import time
 
-from .client import BenchError, Rabbit
+from testkit.management import Management
+
 from .procstat import cpu_seconds, memory_kb, reset_peak
-from .scenarios import unique
+from .scenarios import BenchError, unique
 
 
 def raise_fd_limit(needed: int) -> int:
@@ -126,7 +127,7 @@ class IdleConnection(asyncio.Protocol):
 FD_MARGIN = 250  # descriptors left to RabbitMQ for everything else (other clients, files)
 
 
-def safe_connections(rabbit: Rabbit, wanted: int, per_amqp: int, unsafe: bool) -> tuple[int, str | None]:
+def safe_connections(rabbit: Management, wanted: int, per_amqp: int, unsafe: bool) -> tuple[int, str | None]:
     if unsafe:
         return wanted, None
     fds = rabbit.file_descriptors()
@@ -150,7 +151,7 @@ def percentiles(values: list[float], points=(50, 90, 99, 99.9)) -> dict[str, flo
     return out
 
 
-async def run_idle(port: int, pid: int | None, rabbit: Rabbit, connections: int, hold: float,
+async def run_idle(port: int, pid: int | None, rabbit: Management, connections: int, hold: float,
                    heartbeat: str = "10000,10000", concurrency: int = 100, unsafe: bool = False,
                    subscribe: bool = True, per_amqp: int = 64, settle: float | None = None) -> dict:
     requested = connections

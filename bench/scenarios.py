@@ -2,17 +2,41 @@
 
 A scenario returns a dict with ``value`` (the number compared bridge/native)
 and whatever it checked along the way (``receipts_out_of_order`` …). A wrong
-message count or an ERROR frame raises :class:`BenchError`.
+message count raises :class:`BenchError`, an ERROR frame ``testkit.stomp.ErrorFrame``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import statistics
+import subprocess
 import time
+import urllib.error
 import uuid
 
-from .client import BenchError, Client, Frame, Rabbit, serialize
+from testkit.management import Management
+from testkit.stomp import Frame, StompClient, serialize
+
+READ_TIMEOUT = 30.0  # no frame at all for this long: the scenario is stuck
+
+
+class BenchError(Exception):
+    """A scenario cannot go on: a wrong count, a stall, the bridge gone."""
+
+
+async def connect(port: int) -> StompClient:
+    """A logged-in client whose every ERROR frame raises, every read waiting up to READ_TIMEOUT."""
+    return await StompClient.connect(port, heartbeat=None, raise_errors=True, read_timeout=READ_TIMEOUT)
+
+
+def delete_queue(rabbit: Management, name: str) -> None:
+    """Through the management API, or rabbitmqctl when the API does not answer."""
+    try:
+        rabbit.delete_queue(name)
+    except urllib.error.HTTPError:
+        raise
+    except OSError:
+        subprocess.run(["rabbitmqctl", "-q", "delete_queue", name], capture_output=True, check=False, timeout=30)
 
 
 def unique(prefix: str = "bench") -> str:
@@ -30,7 +54,7 @@ async def publish(
     """Send ``count`` messages with a receipt on every ``receipt_every``-th (and the last);
     at most ``window`` receipts outstanding. Receipts should come back in frame order:
     a receipt whose id is below one already seen counts as out of order."""
-    client = await Client.connect(port)
+    client = await connect(port)
     headers = {"destination": dest}
     if persistent:
         headers["persistent"] = "true"
@@ -67,14 +91,14 @@ async def publish(
 
 
 async def declare_queue(port: int, dest: str) -> None:
-    setup = await Client.connect(port)
+    setup = await connect(port)
     setup.send(Frame("SUBSCRIBE", {"destination": dest, "id": "declare", "receipt": "declared"}))
     setup.send(Frame("UNSUBSCRIBE", {"id": "declare"}))
     await setup.expect_receipt("declared")
     await setup.close()
 
 
-async def scenario_send(port: int, rabbit: Rabbit, messages: int, persistent: bool) -> dict:
+async def scenario_send(port: int, rabbit: Management, messages: int, persistent: bool) -> dict:
     conns, window = 4, 100
     queue = unique()
     dest = f"/queue/{queue}"
@@ -85,7 +109,7 @@ async def scenario_send(port: int, rabbit: Rabbit, messages: int, persistent: bo
         stats = await asyncio.gather(*(publish(port, dest, per, window, persistent, 256) for _ in range(conns)))
         elapsed = time.perf_counter() - start
     finally:
-        await asyncio.to_thread(rabbit.delete_queue, queue)
+        await asyncio.to_thread(delete_queue, rabbit, queue)
     receipts = sum(s["receipts"] for s in stats)
     if receipts != per * conns:
         raise BenchError(f"port {port}: {receipts} receipts for {per * conns} SENDs")
@@ -93,7 +117,7 @@ async def scenario_send(port: int, rabbit: Rabbit, messages: int, persistent: bo
             "receipts_out_of_order": sum(s["receipts_out_of_order"] for s in stats)}
 
 
-async def scenario_consume(port: int, rabbit: Rabbit, messages: int) -> dict:
+async def scenario_consume(port: int, rabbit: Management, messages: int) -> dict:
     queue = unique()
     dest = f"/queue/{queue}"
     received = 0
@@ -102,7 +126,7 @@ async def scenario_consume(port: int, rabbit: Rabbit, messages: int) -> dict:
 
     async def consumer() -> None:
         nonlocal received, done_at
-        client = await Client.connect(port)
+        client = await connect(port)
         client.send(Frame("SUBSCRIBE", {"destination": dest, "id": "0", "ack": "client-individual",
                                         "prefetch-count": "500"}))
         try:
@@ -131,21 +155,21 @@ async def scenario_consume(port: int, rabbit: Rabbit, messages: int) -> dict:
         # Until the last message arrived, not until the idle consumer noticed (up to 0.5 s later).
         elapsed = done_at - start
     finally:
-        await asyncio.to_thread(rabbit.delete_queue, queue)
+        await asyncio.to_thread(delete_queue, rabbit, queue)
     if received != messages:
         raise BenchError(f"port {port}: consumed {received} messages, {messages} were sent")
     return {"value": messages / elapsed, "elapsed_s": elapsed}
 
 
-async def scenario_fanout(port: int, rabbit: Rabbit, messages: int, subscribers: int = 10) -> dict:
+async def scenario_fanout(port: int, rabbit: Management, messages: int, subscribers: int = 10) -> dict:
     """1 publisher → ``subscribers`` topic subscribers; deliveries/s counted at the subscribers."""
     key = unique("bench.fanout").replace("-", ".")
     dest = f"/topic/{key}"
-    subs = [await Client.connect(port) for _ in range(subscribers)]
+    subs = [await connect(port) for _ in range(subscribers)]
     counts = [0] * subscribers
     finished = [0.0] * subscribers
 
-    async def receive(i: int, client: Client) -> None:
+    async def receive(i: int, client: StompClient) -> None:
         while counts[i] < messages:
             for frame in await client.batch(waiting_for=f"MESSAGE {counts[i]} of {messages} on subscriber {i}"):
                 if frame.command != "MESSAGE":
@@ -185,11 +209,11 @@ def percentile(sorted_values: list[float], p: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (k - lo)
 
 
-async def scenario_pingpong(port: int, rabbit: Rabbit, rounds: int, warmup: int = 100) -> dict:
+async def scenario_pingpong(port: int, rabbit: Management, rounds: int, warmup: int = 100) -> dict:
     """One connection: SEND to its own queue, wait for the MESSAGE, repeat. Round trip in ms."""
     queue = unique()
     dest = f"/queue/{queue}"
-    client = await Client.connect(port)
+    client = await connect(port)
     rtts = []
     try:
         client.send(Frame("SUBSCRIBE", {"destination": dest, "id": "0", "ack": "auto", "receipt": "sub"}))
@@ -205,7 +229,7 @@ async def scenario_pingpong(port: int, rabbit: Rabbit, rounds: int, warmup: int 
                 rtts.append((t1 - t0) * 1000)
     finally:
         await client.close()
-        await asyncio.to_thread(rabbit.delete_queue, queue)
+        await asyncio.to_thread(delete_queue, rabbit, queue)
     rtts.sort()
     return {"value": percentile(rtts, 50), "p50_ms": percentile(rtts, 50), "p90_ms": percentile(rtts, 90),
             "p99_ms": percentile(rtts, 99), "mean_ms": statistics.fmean(rtts), "max_ms": rtts[-1]}

@@ -1,5 +1,9 @@
 """Which RabbitMQ the tests run against, and how to reach and steer it.
 
+:func:`find_broker` picks it, in order: ``STOMP_BRIDGE_TEST_AMQP_URL``; the local broker
+``STOMP_BRIDGE_TEST_BROKER`` names (started when it does not answer); a testcontainers RabbitMQ
+when Docker is running.
+
 ``STOMP_BRIDGE_TEST_BROKER`` picks a local broker:
 
 - ``4.3`` (the default) and ``4.0``: RabbitMQ 4.x in a chroot built from Debian's packages by
@@ -19,10 +23,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from testkit.ports import port_open
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "rabbitmq4"
@@ -62,7 +69,7 @@ class LocalBroker:
 
     def ensure_running(self) -> None:
         """Start the broker when it does not answer (4.x only; idempotent, ~5 s once built)."""
-        if _port_open(self.amqp_port) and _port_open(self.api_port):
+        if port_open(self.amqp_port) and port_open(self.api_port):
             return
         if self.name == "system":
             script = ROOT / "scripts" / "ensure-rabbitmq"
@@ -76,6 +83,73 @@ class LocalBroker:
                 f"Start it by hand with `{_how_to_start(self.name)}`, pick another with "
                 "STOMP_BRIDGE_TEST_BROKER=4.3|4.0|system, or point STOMP_BRIDGE_TEST_AMQP_URL at one."
             )
+
+
+HOW_TO_GET_A_BROKER = (
+    "Integration tests need a RabbitMQ. By default they use RabbitMQ 4.3, which "
+    "`bash scripts/rabbitmq4 start 4.3` builds (debootstrap, as root) and starts; "
+    "STOMP_BRIDGE_TEST_BROKER=4.0 or =system picks RabbitMQ 4.0 or the machine's own "
+    "(`rabbitmq-server -detached`, Debian package `rabbitmq-server`); or point "
+    "STOMP_BRIDGE_TEST_AMQP_URL at one (e.g. amqp://guest:guest@host:5672/), or run Docker "
+    "so testcontainers can start one."
+)
+
+
+@dataclass
+class Broker:
+    """A RabbitMQ the tests reach: AMQP, the management API, the native STOMP plugin."""
+
+    amqp_url: str
+    host: str
+    api_url: str  # management HTTP API base, e.g. http://127.0.0.1:15672/api
+    user: str
+    password: str
+    native_port: int = 61613  # the broker's own STOMP plugin
+    local: LocalBroker | None = None  # None: a remote broker (no rabbitmqctl)
+    version: str = ""  # RabbitMQ's version, from the management API
+
+    @property
+    def version_tuple(self) -> tuple[int, ...]:
+        return tuple(int(p) for p in self.version.split(".")[:3] if p.isdigit())
+
+
+def find_broker() -> tuple[Broker | None, Any]:
+    """The broker the tests use, and the testcontainers container to stop after them (or None);
+    ``(None, None)`` when there is none. RuntimeError when the selected local one cannot start."""
+    url = os.environ.get("STOMP_BRIDGE_TEST_AMQP_URL")
+    container = None
+    local = selected()
+    if local is not None:
+        local.ensure_running()  # raises with how to start it by hand
+        url = local.amqp_url
+    if not url:
+        try:  # pragma: no cover - only where Docker runs
+            from testcontainers.rabbitmq import RabbitMqContainer
+
+            container = RabbitMqContainer("rabbitmq:4.3-management")
+            container.start()
+            host = container.get_container_host_ip()
+            port = container.get_exposed_port(5672)
+            url = f"amqp://guest:guest@{host}:{port}/"
+        except Exception:  # noqa: BLE001 - any failure means "no Docker"
+            return None, None
+    parsed = urllib.parse.urlsplit(url)
+    host = parsed.hostname or "127.0.0.1"
+    default_api = local.api_url if local is not None else f"http://{host}:15672/api"
+    api = os.environ.get("STOMP_BRIDGE_TEST_API_URL", default_api)
+    native = os.environ.get("STOMP_BRIDGE_TEST_NATIVE_PORT")
+    return (
+        Broker(
+            amqp_url=url,
+            host=host,
+            api_url=api,
+            user=urllib.parse.unquote(parsed.username or "guest"),
+            password=urllib.parse.unquote(parsed.password or "guest"),
+            native_port=int(native) if native else (local.stomp_port if local is not None else 61613),
+            local=local,
+        ),
+        container,
+    )
 
 
 def _how_to_start(name: str) -> str:
@@ -118,11 +192,3 @@ def rabbitmqctl(*args: str, timeout: float = 60, check: bool = True, tool: str =
     if check and done.returncode != 0:
         raise RabbitCtlError(f"{tool} {' '.join(args)} failed: {(done.stderr or done.stdout).strip()}")
     return done.stdout
-
-
-def _port_open(port: int, host: str = "127.0.0.1") -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=1.0):
-            return True
-    except OSError:
-        return False

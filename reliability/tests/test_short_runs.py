@@ -14,7 +14,8 @@ import os
 import pytest
 
 from reliability import faults, fuzz_parser, fuzz_session, hostile, soak
-from reliability.broker import Management, PrivateRabbit
+from reliability.broker import PrivateRabbit
+from testkit.management import Management
 
 pytestmark = [
     pytest.mark.reliability,
@@ -43,7 +44,7 @@ def test_session_fuzzing_leaves_the_bridge_up_and_a_good_client_working(broker, 
 
 
 def test_hostile_clients_each_get_their_error_or_close(broker, mgmt):
-    vhost = mgmt.create_vhost()
+    vhost = mgmt.temporary_vhost()
     try:
         result = asyncio.run(hostile.run(broker.amqp_url, vhost, window=1.0, subscriptions=300, baseline=1.0))
     finally:

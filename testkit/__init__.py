@@ -1,0 +1,14 @@
+"""Test support shared by ``tests/``, ``reliability/`` and ``bench/`` (not shipped in the wheel).
+
+- :mod:`testkit.brokers`: which RabbitMQ the tests use (``STOMP_BRIDGE_TEST_BROKER``,
+  ``STOMP_BRIDGE_TEST_AMQP_URL``, Docker) and ``rabbitmqctl`` of that node.
+- :mod:`testkit.management`: RabbitMQ's management HTTP API (queues, vhosts, users, publish/get).
+- :mod:`testkit.stomp`: a lean asyncio STOMP client on ``stomp_bridge.protocol``'s frames and parser.
+- :mod:`testkit.bridge`: the bridge in a thread of the test process, with the tests' defaults
+  (over the public ``stomp_bridge.testing.BackgroundBridge``).
+- :mod:`testkit.faultproxy`: a TCP proxy that cuts, delays, pauses and refuses, on command.
+- :mod:`testkit.fixtures`: the ``broker``, ``rabbit`` and ``unique`` pytest fixtures.
+- :mod:`testkit.ports`: a free local port; whether one is open.
+
+Users' own tests use the public :mod:`stomp_bridge.testing` instead.
+"""
