@@ -218,6 +218,15 @@ class Settings(BaseSettings):
     shutdown_grace: float = Field(
         10.0, ge=0, description="Seconds SIGTERM waits for in-flight publishes to be confirmed."
     )
+    heartbeat_min: float = Field(
+        0.0, ge=0, description="Seconds: a client asking for heart-beats more often (either way) gets "
+        "this interval (0: as the client asks, like the plugin).",
+    )
+    heartbeat_max: float = Field(
+        0.0, ge=0, description="Seconds: the longest a client may stay silent, whatever it asked for; "
+        "one offering no heart-beats or slower ones is told this interval in CONNECTED and dropped "
+        "after heartbeat_tolerance times it without a byte, like Artemis' connection-ttl-max (0: none).",
+    )
     heartbeat_tolerance: float = Field(
         2.0, ge=1.0, description="A peer silent for this many agreed intervals is disconnected."
     )
@@ -423,6 +432,10 @@ class Settings(BaseSettings):
                 object.__setattr__(self, "tls_port", 61614)
         if self.port is None and self.tls_port is None and self.ws_port is None and self.wss_port is None:
             raise ValueError("no listener: set port, tls_port, ws_port or wss_port")
+        if self.heartbeat_min and self.heartbeat_max and self.heartbeat_min > self.heartbeat_max:
+            raise ValueError(
+                f"heartbeat_min ({self.heartbeat_min:g} s) is above heartbeat_max ({self.heartbeat_max:g} s)"
+            )
         if self.workers > 1:
             picked = [name for name in ("port", "tls_port", "ws_port", "wss_port") if getattr(self, name) == 0]
             if picked:

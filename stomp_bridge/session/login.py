@@ -94,12 +94,27 @@ def falls_back(settings: Settings, vhost: str, error: AccessRefused) -> bool:
     )
 
 
-def negotiate_heartbeat(header: str) -> tuple[int, int]:
+def negotiate_heartbeat(header: str, minimum: float = 0.0, maximum: float = 0.0) -> tuple[int, int]:
     """(server sends every, server expects every) ms from the client's ``heart-beat: cx,cy``:
     the bridge sends every cy and expects every cx, in whole seconds as the plugin rounds them
-    (0 stays 0: none)."""
+    (0 stays 0: none).
+
+    The server's bounds (seconds; 0 is none, the plugin's way), as Artemis' connection-TTL
+    bounds: ``minimum`` raises an interval a client asked to be shorter, either way (STOMP
+    takes the larger of the two sides' values, so the client follows); ``maximum`` is the
+    longest silence the bridge accepts: a client that offers no heart-beats, or slower ones,
+    is told that interval in CONNECTED and dropped after ``heartbeat_tolerance`` times it
+    without a byte. The bridge never sends heart-beats to a client that asked for none.
+    """
     cx, cy = parse_heartbeat(header)
-    return heartbeat_seconds(cy) * 1000, heartbeat_seconds(cx) * 1000
+    sends, expects = heartbeat_seconds(cy) * 1000, heartbeat_seconds(cx) * 1000
+    floor, ceiling = round(minimum * 1000), round(maximum * 1000)
+    if floor:
+        sends = max(sends, floor) if sends else 0
+        expects = max(expects, floor) if expects else 0
+    if ceiling and (expects == 0 or expects > ceiling):
+        expects = ceiling
+    return sends, expects
 
 
 def login_request(
@@ -114,7 +129,7 @@ def login_request(
     """CONNECT's login, or its ERROR: credentials, vhost, heart-beat, ``loopback_users``."""
     user, passcode = credentials(settings, headers, cert_login, transport)
     vhost = requested_vhost(settings, headers, policy)
-    heartbeat = negotiate_heartbeat(headers.get("heart-beat", "0,0"))
+    heartbeat = negotiate_heartbeat(headers.get("heart-beat", "0,0"), settings.heartbeat_min, settings.heartbeat_max)
     if user in settings.loopback_users and not is_loopback(peer):
         raise AccessRefused("Bad CONNECT", "non-loopback access denied")
     return LoginRequest(user, passcode or "", vhost, heartbeat)

@@ -128,6 +128,28 @@ def test_idle_timeout_drops_a_silent_client_without_heart_beats(bridge, dial):
     assert 0.9 <= time.monotonic() - started <= 5
 
 
+@pytest.mark.parametrize("offered", ["0,0", "30000,0"], ids=["none", "slower"])
+def test_heartbeat_max_bounds_a_silent_client_whatever_it_offered(bridge, dial, offered):
+    """A client offering no heart-beats, or slower ones than heartbeat_max, is told the bound
+    in CONNECTED and dropped after heartbeat_tolerance times it of silence (Artemis' TTL max)."""
+    server = bridge(heartbeat_max=1.0)
+    conn = dial(server, timeout=10)
+    connected = conn.connect(heart_beat=offered)
+    assert connected["heart-beat"] == "0,1000"
+    started = time.monotonic()
+    error = conn.error_then_close(timeout=10)
+    assert error["message"] == "Heart-beat timeout"
+    assert 1.9 <= time.monotonic() - started <= 6  # heartbeat_tolerance 2 x 1 s
+    assert metric(get(server, "/metrics")[1], "stomp_bridge_heartbeat_timeouts_total") == 1
+
+
+def test_heartbeat_min_raises_the_intervals_a_client_asks_for(bridge, dial):
+    server = bridge(heartbeat_min=3.0)
+    conn = dial(server)
+    assert conn.connect(heart_beat="1000,1000")["heart-beat"] == "3000,3000"
+    conn.receipt("SEND", {"destination": "/topic/hb-min"}, "still served")
+
+
 def test_one_info_line_when_a_client_connects_and_one_when_it_leaves(bridge, dial, caplog):
     caplog.set_level(logging.INFO, logger="stomp_bridge")
     server = bridge()

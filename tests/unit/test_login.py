@@ -75,6 +75,30 @@ def test_heartbeats_are_whole_seconds_the_bridge_sends_cy_and_expects_cx(header,
     assert login.negotiate_heartbeat(header) == expected
 
 
+@pytest.mark.parametrize(
+    ("header", "minimum", "maximum", "expected"),
+    [
+        ("1000,1000", 5, 0, (5000, 5000)),  # more often than the floor: raised, both ways
+        ("0,0", 5, 0, (0, 0)),  # the floor never turns heart-beats on
+        ("10000,20000", 5, 0, (20000, 10000)),  # slower than the floor: as asked
+        ("0,0", 0, 30, (0, 30000)),  # no heart-beats offered: silence is bounded anyway
+        ("60000,0", 0, 30, (0, 30000)),  # slower than the ceiling: held to it
+        ("10000,60000", 0, 30, (60000, 10000)),  # within: as asked; what it receives is its choice
+        ("1000,1000", 5, 30, (5000, 5000)),
+    ],
+)
+def test_server_heartbeat_bounds(header, minimum, maximum, expected):
+    assert login.negotiate_heartbeat(header, minimum, maximum) == expected
+
+
+def test_heartbeat_bounds_from_the_settings_reach_the_login():
+    settings = _settings(heartbeat_max=20)
+    request = login.login_request(settings, {"login": "guest"}, peer="127.0.0.1")
+    assert request.heartbeat == (0, 20000)
+    with pytest.raises(ValueError, match="heartbeat_min .5 s. is above heartbeat_max .2 s."):
+        _settings(heartbeat_min=5, heartbeat_max=2)
+
+
 def test_login_request_checks_in_the_plugins_order():
     settings = _settings(loopback_users=["guest"])
     # a bad heart-beat is reported before the loopback refusal
