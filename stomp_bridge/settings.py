@@ -99,6 +99,12 @@ class Settings(BaseSettings):
         "the delivery count (quorum queues' x-acquired-count, or x-delivery-count before RabbitMQ 4.3; "
         "1 where RabbitMQ keeps no count).",
     )
+    headers_bindings: bool = Field(
+        False,
+        description="A SUBSCRIBE to /exchange/<name> with an x-match header (all, any, all-with-x, "
+        "any-with-x) binds with x-match and its other non-STOMP headers as binding arguments, for "
+        "headers exchanges (the plugin ignores them and binds with none).",
+    )
     apollo_exclusive: bool = Field(
         False,
         description="`exclusive:true` on SUBSCRIBE means Apollo's exclusive subscription (one active "

@@ -79,6 +79,13 @@ class Management:
         body.update(props)
         self.request("PUT", f"/queues/{self.q(vhost)}/{self.q(name)}", body)
 
+    def declare_exchange(self, name: str, kind: str, vhost: str = "/") -> None:
+        self.request("PUT", f"/exchanges/{self.q(vhost)}/{self.q(name)}",
+                     {"type": kind, "durable": False, "auto_delete": False, "arguments": {}})
+
+    def delete_exchange(self, name: str, vhost: str = "/") -> None:
+        self.request("DELETE", f"/exchanges/{self.q(vhost)}/{self.q(name)}")
+
     def bindings(self, queue: str, vhost: str = "/") -> list[dict]:
         return self.request("GET", f"/queues/{self.q(vhost)}/{self.q(queue)}/bindings") or []
 

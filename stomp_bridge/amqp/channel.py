@@ -450,9 +450,11 @@ class AmqpSession:
             self.shared.exclusive[ok.queue] = self._channel_number
         return ok.queue
 
-    async def bind(self, queue: str, exchange: str, routing_key: str) -> None:
+    async def bind(
+        self, queue: str, exchange: str, routing_key: str, arguments: dict[str, Any] | None = None
+    ) -> None:
         self._check_exclusive(queue)
-        await self._rpc(self.channel.queue_bind, queue, exchange, routing_key=routing_key)
+        await self._rpc(self.channel.queue_bind, queue, exchange, routing_key=routing_key, arguments=arguments)
 
     async def delete_queue(self, queue: str) -> None:
         self._check_exclusive(queue)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from stomp_bridge.protocol.errors import processing_error
+from stomp_bridge.protocol.errors import FrameRejected, processing_error
 from stomp_bridge.protocol.integers import SPACES, parse_int
 
 # Queue arguments taken from SEND/SUBSCRIBE headers, with their AMQP type: int is
@@ -67,3 +67,39 @@ def queue_arguments(headers: Mapping[str, str], names: frozenset[str] | None = N
             else:
                 args[name] = value.strip(" ")
     return args
+
+
+# -- binding arguments: SUBSCRIBE to a headers exchange ----------------------------------------
+
+X_MATCH = "x-match"
+X_MATCH_VALUES = ("all", "any", "all-with-x", "any-with-x")
+# What SUBSCRIBE's own headers mean to the plugin, the bridge and the Apollo/Artemis extensions:
+# never binding arguments. Every ``x-`` header is left out too (queue and consume arguments,
+# stream offsets), so a binding matches on the application's own headers.
+SUBSCRIBE_HEADERS = frozenset({
+    "destination", "id", "ack", "receipt", "selector", "prefetch-count", "durable", "persistent",
+    "auto-delete", "exclusive", "browser", "browser-end", "credit", "from-seq", "include-seq",
+    "consumer-window-size", "activemq.prefetchSize", "activemq.subscriptionName",
+    "durable-subscription-name", "durable-subscriber-name", "subscription-type", "content-type",
+    "content-length", "transaction",
+})
+
+
+def binding_arguments(headers: Mapping[str, str]) -> dict[str, str] | None:
+    """A headers-exchange binding from a SUBSCRIBE (rabbitmq-stomp #145): None without an
+    ``x-match`` header, else ``x-match`` and every header that is not SUBSCRIBE's own (nor an
+    ``x-`` header), as strings: a STOMP SEND's headers reach RabbitMQ as strings, so
+    ``code:100`` on SUBSCRIBE matches ``code:100`` on SEND."""
+    match = headers.get(X_MATCH)
+    if match is None:
+        return None
+    if match not in X_MATCH_VALUES:
+        raise FrameRejected(
+            "Invalid header",
+            f"x-match must be {', '.join(X_MATCH_VALUES[:-1])} or {X_MATCH_VALUES[-1]}, not {match!r}",
+        )
+    arguments = {X_MATCH: match}
+    for name, value in headers.items():
+        if name not in SUBSCRIBE_HEADERS and not name.startswith("x-"):
+            arguments[name] = value
+    return arguments

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from stomp_bridge.protocol.dialect import NEWEST, Dialect
-from stomp_bridge.protocol.arguments import queue_arguments
+from stomp_bridge.protocol.arguments import binding_arguments, queue_arguments
 from stomp_bridge.protocol.errors import FrameRejected, InvalidDestination, processing_error
 
 EXCHANGE = "exchange"
@@ -287,6 +287,7 @@ class SubscribePlan:
     declare: QueueDeclare | None
     binding: tuple[str, str] | None
     delete_on_failure: bool
+    binding_arguments: dict[str, str] | None = None  # a headers-exchange binding (headers_bindings)
 
 
 # A reply queue behind /temp-queue/<id>: server-named ("amq.gen-..."), one per id per session.
@@ -393,6 +394,8 @@ class DestinationRules:
 
     default_topic_exchange: str = DEFAULT_TOPIC_EXCHANGE
     dialect: Dialect = NEWEST
+    # /exchange/ SUBSCRIBEs with x-match bind with arguments (settings.headers_bindings)
+    headers_bindings: bool = False
 
     def send_target(self, dest: Destination, headers: Mapping[str, str], *, declare: bool = True) -> SendTarget:
         """Where a SEND goes, and the queue to declare first (``/queue`` only).
@@ -445,7 +448,8 @@ class DestinationRules:
             name = subscription_queue_name(routing_name, sub_id, headers.get("x-queue-name"))
             decl = QueueDeclare(name, decl.durable, decl.auto_delete, decl.exclusive, decl.arguments)
             exchange, key = dest.routing(self.default_topic_exchange)
-            return SubscribePlan(name, decl, (exchange, key), delete_on_failure=True)
+            bind_with = binding_arguments(headers) if self.headers_bindings and kind == EXCHANGE else None
+            return SubscribePlan(name, decl, (exchange, key), delete_on_failure=True, binding_arguments=bind_with)
         plan = None
         if kind == QUEUE and declare:
             plan = queue_declare(QUEUE, dest.name, headers, arguments, self.dialect)

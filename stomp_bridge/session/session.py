@@ -338,7 +338,7 @@ class Session:
         s = self.settings
         self.amqp = amqp
         self.user, self.vhost = user, vhost
-        self.rules = dest.DestinationRules(s.default_topic_exchange, amqp.dialect)
+        self.rules = dest.DestinationRules(s.default_topic_exchange, amqp.dialect, s.headers_bindings)
         self.amqp.on_delivery = self._on_delivery
         self.amqp.on_confirm = self._on_confirm
         self.amqp.on_closed = self._on_amqp_closed
@@ -525,7 +525,7 @@ class Session:
                 registered.append(tag)
                 await amqp.consume(queue, tag, no_ack=not sub.ack, prefetch=prefetch, arguments=sub.arguments)
                 if plan.binding is not None:
-                    await amqp.bind(queue, *plan.binding)
+                    await amqp.bind(queue, *plan.binding, plan.binding_arguments)
         except BrokerError as exc:
             for tag in registered:
                 self.subscriptions.pop(tag, None)

@@ -22,6 +22,51 @@ def _drain(conn, n):
     return [conn.expect("MESSAGE") for _ in range(n)]
 
 
+# -- headers exchange bindings (beyond the plugin: rabbitmq-stomp #145) -------------------
+
+
+@pytest.fixture
+def headers_exchange(rabbit, unique):
+    name = f"hx-{unique}"
+    rabbit.declare_exchange(name, "headers")
+    yield name
+    rabbit.delete_exchange(name)
+
+
+@pytest.mark.parametrize("enabled", [True, False], ids=["headers_bindings", "plugin-default"])
+def test_subscribe_to_a_headers_exchange_binds_with_x_match_and_the_headers(
+        bridge, dial, rabbit, headers_exchange, enabled):
+    """With headers_bindings, x-match and the application's headers on SUBSCRIBE are the
+    binding's arguments: only matching SENDs arrive. Without it (the plugin's way), the
+    binding has no arguments and a headers exchange delivers everything."""
+    server = bridge(headers_bindings=enabled)
+    consumer, producer = dial(server), dial(server)
+    consumer.connect()
+    producer.connect()
+    consumer.receipt("SUBSCRIBE", {"destination": f"/exchange/{headers_exchange}", "id": "s",
+                                   "x-match": "all", "code": "100", "region": "eu"})
+    for code, region in (("200", "eu"), ("100", "us"), ("100", "eu")):
+        producer.receipt("SEND", {"destination": f"/exchange/{headers_exchange}", "code": code,
+                                  "region": region}, f"{code}/{region}")
+    if enabled:
+        assert consumer.expect("MESSAGE").body == b"100/eu"
+        consumer.no_frame(0.5)
+        [binding] = [b for b in rabbit.request("GET", f"/exchanges/%2F/{headers_exchange}/bindings/source")]
+        assert binding["arguments"] == {"x-match": "all", "code": "100", "region": "eu"}
+    else:
+        assert [consumer.expect("MESSAGE").body for _ in range(3)] == [b"200/eu", b"100/us", b"100/eu"]
+
+
+def test_a_bad_x_match_is_an_error_that_keeps_the_connection(bridge, dial, headers_exchange):
+    conn = dial(bridge(headers_bindings=True))
+    conn.connect()
+    conn.send_frame("SUBSCRIBE", {"destination": f"/exchange/{headers_exchange}", "id": "s",
+                                  "x-match": "most"})
+    error = conn.error_then_usable()
+    assert error["message"] == "Invalid header" and "x-match must be all, any" in error.text
+    conn.receipt("SEND", {"destination": f"/exchange/{headers_exchange}"}, "still here")
+
+
 # -- selectors ---------------------------------------------------------------------------
 
 
