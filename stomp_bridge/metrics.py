@@ -44,7 +44,7 @@ BRIDGE_ERRORS = frozenset({
     "Missing transaction", "No subscription found", "Not connected", "Processing error",
     "Selector not supported on shared queues", "Server cancelled subscription", "Server shutdown",
     "Subscription not found", "Too many headers", "Too many subscriptions", "Transaction limit exceeded",
-    "Transaction too large", "Unknown destination", "Unsupported browser-end",
+    "Transaction too large", "Unknown destination", "Unroutable message", "Unsupported browser-end",
     "Unsupported content type", "Untrusted PROXY protocol peer", "Version mismatch",
 })
 # ... and those that name the AMQP 0-9-1 error RabbitMQ closed a channel or connection with
@@ -117,6 +117,7 @@ class Counters:
         self.bytes_out = 0
         self.messages_published = 0
         self.messages_delivered = 0
+        self.messages_returned = 0  # mandatory publishes RabbitMQ returned: no queue took them
         self.errors = LabelCounts(ERROR_REASONS)  # ERROR frames by message
         self.amqp_connection_failures = 0
         self.heartbeat_timeouts = 0
@@ -181,6 +182,12 @@ class BridgeCollector(Collector):
         yield _counter("stomp_bridge_messages_published", "Messages published to RabbitMQ.", c.messages_published)
         yield _counter(
             "stomp_bridge_messages_delivered", "Messages delivered to STOMP clients.", c.messages_delivered
+        )
+        yield _counter(
+            "stomp_bridge_messages_returned",
+            "Mandatory publishes RabbitMQ returned because no queue took them (each an ERROR "
+            "'Unroutable message' and no RECEIPT).",
+            c.messages_returned,
         )
         yield _labelled(
             "stomp_bridge_errors", "ERROR frames sent, by their message (unknown ones: other).", "reason",

@@ -99,6 +99,13 @@ class Settings(BaseSettings):
         "the delivery count (quorum queues' x-acquired-count, or x-delivery-count before RabbitMQ 4.3; "
         "1 where RabbitMQ keeps no count).",
     )
+    mandatory: bool = Field(
+        False,
+        description="Publish SENDs with AMQP's mandatory flag: one that no queue takes gets the ERROR "
+        "'Unroutable message' and no RECEIPT (for it or anything after it) instead of a RECEIPT for a "
+        "message RabbitMQ dropped, as under the plugin. A SEND's own `mandatory:true|false` header "
+        "wins. On by default in the Swaptacular profile.",
+    )
     headers_bindings: bool = Field(
         False,
         description="A SUBSCRIBE to /exchange/<name> with an x-match header (all, any, all-with-x, "
@@ -436,6 +443,8 @@ class Settings(BaseSettings):
                 object.__setattr__(self, name, None)
             if self.tls_port is None and "tls_port" not in explicit:
                 object.__setattr__(self, "tls_port", 61614)
+            if "mandatory" not in explicit:  # a peer's message that routes nowhere is an error
+                object.__setattr__(self, "mandatory", True)
         if self.port is None and self.tls_port is None and self.ws_port is None and self.wss_port is None:
             raise ValueError("no listener: set port, tls_port, ws_port or wss_port")
         if self.heartbeat_min and self.heartbeat_max and self.heartbeat_min > self.heartbeat_max:

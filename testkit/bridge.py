@@ -22,6 +22,7 @@ class BridgeThread(BackgroundBridge):
         self.tls_port = 0
         self.ws_port: int | None = None
         self.wss_port: int | None = None
+        self.http_port: int | None = None  # /metrics, /healthz, /readyz when asked for
 
     def start(self) -> None:  # type: ignore[override] - the ports land on self
         server = super().start()
@@ -30,3 +31,4 @@ class BridgeThread(BackgroundBridge):
         if self.settings.tls_port is not None:
             self.tls_port = server.tls_port
         self.ws_port, self.wss_port = server.ws_port, server.wss_port
+        self.http_port = server.ops.port if server.ops is not None else None

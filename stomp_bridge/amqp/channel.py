@@ -84,7 +84,7 @@ class AmqpSession:
     __slots__ = (
         "pool", "shared", "connection", "channel", "broker_version_text", "broker_version", "dialect",
         "publish_seq", "_batch", "_channel_number", "_frame_max", "on_delivery", "on_confirm",
-        "on_closed", "on_cancelled", "on_batch_end", "_hooks", "_closing", "_prefetch",
+        "on_returned", "on_closed", "on_cancelled", "on_batch_end", "_hooks", "_closing", "_prefetch",
         "_auto", "_gate", "_gate_open", "_waiter", "_ack_timer", "_rpcs", "_lost", "_consuming",
         "_write_queue",
     )
@@ -108,6 +108,9 @@ class AmqpSession:
         self._frame_max = connection.connection_tune.frame_max or 131072
         self.on_delivery: DeliveryHook | None = None
         self.on_confirm: Callable[[int, bool, bool], None] | None = None
+        # A mandatory publish no queue took: reply code, reply text, exchange, routing key
+        # (before the confirm RabbitMQ sends for it; the bulk reader keeps that order).
+        self.on_returned: Callable[[int, str, str, str], None] | None = None
         self.on_closed: Callable[[StompError], None] | None = None
         self.on_cancelled: Callable[[str], None] | None = None
         self.on_batch_end: Callable[[], None] | None = None
@@ -126,7 +129,7 @@ class AmqpSession:
         # frames never reach aiormq's channel; the overrides are the fallback.
         self._hooks: ChannelHooks | None = None
         if bulk:
-            self._hooks = ChannelHooks(self._deliver, self._confirm, self._batch_end)
+            self._hooks = ChannelHooks(self._deliver, self._confirm, self._batch_end, self._returned)
             shared.hooks.channels[channel.number] = self._hooks
         shared.sessions[channel.number] = self
         internals.override_channel(channel, self._on_deliver_frame, self._on_confirm_frame)
@@ -164,13 +167,19 @@ class AmqpSession:
 
     # -- the lean per-message paths -------------------------------------------------
 
-    def publish(self, exchange: str, routing_key: str, properties: dict[str, Any], body: bytes) -> int:
+    def publish(
+        self, exchange: str, routing_key: str, properties: dict[str, Any], body: bytes, mandatory: bool = False
+    ) -> int:
         """Queue a publish in the current batch; returns its confirm sequence number.
 
-        ``properties`` are pamqp-named basic properties (see ``codec.py``).
+        ``properties`` are pamqp-named basic properties (see ``codec.py``). ``mandatory``: a
+        message no queue takes comes back through ``on_returned`` (with the bulk reader, which
+        every bridge installs; aiormq's own reader would drop the return).
         """
         self._batch.append(
-            encode_publish(self._channel_number, exchange, routing_key, properties, body, self._frame_max)
+            encode_publish(
+                self._channel_number, exchange, routing_key, properties, body, self._frame_max, mandatory
+            )
         )
         self.publish_seq += 1
         return self.publish_seq
@@ -261,6 +270,11 @@ class AmqpSession:
         auto = self._auto
         if delivery[0] in auto.consumers:  # AutoAck.delivered, inlined: the per-delivery path
             auto.pending.append(delivery[1])
+
+    def _returned(self, reply_code: int, reply_text: str, exchange: str, routing_key: str) -> None:
+        callback = self.on_returned
+        if callback is not None:
+            callback(reply_code, reply_text, exchange, routing_key)
 
     def _confirm(self, delivery_tag: int, multiple: bool, nack: bool) -> None:
         callback = self.on_confirm

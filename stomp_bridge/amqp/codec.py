@@ -115,12 +115,15 @@ def encode_publish(
     props: dict[str, Any],
     body: bytes,
     frame_max: int,
+    mandatory: bool = False,
 ) -> bytes:
-    """basic.publish + content header + body frames, ready for the socket."""
-    key = (channel, exchange, routing_key)
+    """basic.publish + content header + body frames, ready for the socket. ``mandatory``:
+    RabbitMQ returns (basic.return) a message no queue takes instead of dropping it."""
+    key = (channel, exchange, routing_key, mandatory)
     method_frame = _PUBLISH_METHODS.get(key)
     if method_frame is None:
-        method = _PUBLISH_PREFIX + shortstr(exchange, "exchange") + shortstr(routing_key, "routing key") + b"\x00"
+        bits = b"\x01" if mandatory else b"\x00"
+        method = _PUBLISH_PREFIX + shortstr(exchange, "exchange") + shortstr(routing_key, "routing key") + bits
         method_frame = _METHOD_HEADER.pack(1, channel, len(method)) + method + FRAME_END
         if len(_PUBLISH_METHODS) >= CACHE_SIZE:
             _PUBLISH_METHODS.clear()
@@ -166,6 +169,8 @@ _CONTENT = struct.Struct(">HHQH")
 BASIC_DELIVER = (60, 60)
 BASIC_ACK = (60, 80)
 BASIC_NACK = (60, 120)
+BASIC_RETURN = (60, 50)
+_REPLY_CODE = struct.Struct(">H")
 
 
 def _shortstr_at(data: bytes, offset: int) -> tuple[str, int]:
@@ -182,6 +187,16 @@ def decode_deliver(payload: bytes) -> tuple[str, int, bool, str, str]:
     exchange, offset = _shortstr_at(payload, offset + 9)
     routing_key, _ = _shortstr_at(payload, offset)
     return consumer_tag, delivery_tag, bool(bits & 1), exchange, routing_key
+
+
+def decode_return(payload: bytes) -> tuple[int, str, str, str]:
+    """basic.return arguments (after class and method ids): reply code, reply text, exchange,
+    routing key."""
+    (reply_code,) = _REPLY_CODE.unpack_from(payload, 4)
+    reply_text, offset = _shortstr_at(payload, 6)
+    exchange, offset = _shortstr_at(payload, offset)
+    routing_key, _ = _shortstr_at(payload, offset)
+    return reply_code, reply_text, exchange, routing_key
 
 
 def decode_confirm(payload: bytes) -> tuple[int, bool]:

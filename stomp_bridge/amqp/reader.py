@@ -36,11 +36,13 @@ from stomp_bridge.amqp.codec import (
     BASIC_ACK,
     BASIC_DELIVER,
     BASIC_NACK,
+    BASIC_RETURN,
     CLASS_METHOD,
     FRAME_HEADER,
     decode_confirm,
     decode_content_header,
     decode_deliver,
+    decode_return,
 )
 
 log = logging.getLogger(__name__)
@@ -53,23 +55,29 @@ CHANNEL_CLOSE = (20, 40)
 DeliveryHook = Callable[[Delivery], None]
 _new_tuple = tuple.__new__  # a Delivery without NamedTuple.__new__'s keyword handling
 ConfirmHook = Callable[[int, bool, bool], None]
+# basic.return of a mandatory publish: reply code, reply text, exchange, routing key
+ReturnHook = Callable[[int, str, str, str], None]
 
 
 class ChannelHooks:
     """Where the direct path delivers for one channel (one STOMP session)."""
 
-    __slots__ = ("on_delivery", "on_confirm", "on_batch_end", "pending", "touched", "closed")
+    __slots__ = ("on_delivery", "on_confirm", "on_return", "on_batch_end", "pending", "touched", "closed")
 
     def __init__(
         self, on_delivery: DeliveryHook | None = None, on_confirm: ConfirmHook | None = None,
-        on_batch_end: Callable[[], None] | None = None,
+        on_batch_end: Callable[[], None] | None = None, on_return: ReturnHook | None = None,
     ) -> None:
         self.on_delivery = on_delivery
         self.on_confirm = on_confirm
+        # Here, not through aiormq, so that a basic.return is seen before the basic.ack RabbitMQ
+        # sends after it for the same message (a RECEIPT must never go out for it).
+        self.on_return = on_return
         # After each socket read that brought this channel frames: lets the
         # session send its frames now, not one event-loop pass later.
         self.on_batch_end = on_batch_end
-        # A delivery being assembled: [deliver args, properties, bytes still due, body parts]
+        # A delivery (or a returned message) being assembled: [deliver or return args,
+        # properties, bytes still due, body parts, is a return]
         self.pending: list[Any] | None = None
         self.touched = False
         # Set the moment RabbitMQ's channel.close arrives, before aiormq answers
@@ -168,7 +176,10 @@ class BulkFrameReceiver(internals.FrameReceiver):
         if frame_type == 1:
             method = CLASS_METHOD.unpack_from(payload)
             if method == BASIC_DELIVER:
-                target.pending = [decode_deliver(payload), None, 0, []]
+                target.pending = [decode_deliver(payload), None, 0, [], False]
+                return True
+            if method == BASIC_RETURN and target.on_return is not None:
+                target.pending = [decode_return(payload), None, 0, [], True]
                 return True
             if method == BASIC_ACK or method == BASIC_NACK:
                 tag, multiple = decode_confirm(payload)
@@ -195,6 +206,9 @@ class BulkFrameReceiver(internals.FrameReceiver):
 
     def _deliver(self, target: ChannelHooks, pending: list[Any]) -> None:
         target.pending = None
+        if pending[4]:  # a returned message: only where it was going matters
+            self._call(target.on_return, *pending[0])
+            return
         parts = pending[3]
         body = parts[0] if len(parts) == 1 else b"".join(parts)
         hook = target.on_delivery

@@ -79,6 +79,9 @@ class ReceiptLedger:
         if not held:
             self.release_waiters()
 
+    def is_unconfirmed(self, seq: int) -> bool:
+        return seq in self._unconfirmed
+
     def receipt_covering(self, tag: int) -> str | None:
         """The id of the first held RECEIPT that waits on publish ``tag`` (to name it in an ERROR)."""
         return next((rid for seq, rid, _, _ in self._held if seq >= tag), None)

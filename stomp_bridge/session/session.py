@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -128,6 +129,8 @@ class Session:
         # close() deletes them, so they end with this STOMP connection as under the plugin.
         self.exclusive_queues: dict[str, bool] = {}  # name -> auto-delete
         self.ledger = ReceiptLedger(write, self.counters.confirm_latency.observe)
+        # mandatory publishes not yet confirmed, in order: (seq, exchange, routing key, destination)
+        self.mandatory_sent: deque[tuple[int, str, str, str]] = deque()
         self._tasks: set[asyncio.Task[None]] = set()  # started here, cancelled by close()
 
     # -- entry points used by the transport --------------------------------------
@@ -341,6 +344,7 @@ class Session:
         self.rules = dest.DestinationRules(s.default_topic_exchange, amqp.dialect, s.headers_bindings)
         self.amqp.on_delivery = self._on_delivery
         self.amqp.on_confirm = self._on_confirm
+        self.amqp.on_returned = self._on_returned
         self.amqp.on_closed = self._on_amqp_closed
         self.amqp.on_cancelled = self._on_server_cancel
         self.amqp.on_batch_end = self._flush_writes
@@ -413,11 +417,16 @@ class Session:
         props = hdr.properties_from_send(headers, reply_to)
         if ("expires" in headers or "ttl" in headers) and not ext.set_expiration(props, headers):
             return  # already expired: never delivered, and the RECEIPT still comes
+        mandatory = self.settings.mandatory
+        if "mandatory" in headers:
+            mandatory = hdr.parse_bool(headers["mandatory"]) or False
         try:
-            seq = amqp.publish(target.exchange, target.routing_key, props, frame.body)
+            seq = amqp.publish(target.exchange, target.routing_key, props, frame.body, mandatory)
         except ValueError as exc:  # a value AMQP cannot carry, e.g. a 300-byte routing key
             raise FrameRejected("Invalid header", f"{exc}\n") from None
         self.ledger.published(seq)
+        if mandatory:
+            self.mandatory_sent.append((seq, target.exchange, target.routing_key, destination.header))
         self.counters.messages_published += 1
         if "retain" in headers and self.settings.retained_messages and destination.kind == dest.TOPIC:
             action = features.retain_action(headers)
@@ -733,9 +742,41 @@ class Session:
         self.counters.frames_out["RECEIPT"] += 1
         self.ledger.receipt(receipt, data, self.amqp.publish_seq if self.amqp is not None else 0, then)
 
+    def _on_returned(self, reply_code: int, reply_text: str, exchange: str, routing_key: str) -> None:
+        """RabbitMQ returned a mandatory publish no queue took (before its confirm): an ERROR
+        naming that SEND's RECEIPT, and the connection ends, so no RECEIPT goes out for it or
+        for anything sent after it. Returns come in publish order: the message is the first
+        unconfirmed mandatory one to that exchange and key (or, should none match, the first
+        unconfirmed one: naming an earlier SEND only withholds more RECEIPTs, never one too many)."""
+        sent = self.mandatory_sent
+        match = next((entry for entry in sent if entry[1] == exchange and entry[2] == routing_key), None)
+        if match is None and sent:
+            match = sent[0]
+        if match is not None:
+            seq, destination = match[0], match[3]
+        else:  # cannot happen: only mandatory publishes come back
+            seq, destination = (self.amqp.publish_seq if self.amqp is not None else 0), "?"
+        self.counters.messages_returned += 1
+        self.fail(
+            BrokerError(
+                "Unroutable message",
+                f"RabbitMQ returned the message sent to '{destination}': {reply_text} (no queue is bound "
+                f"to exchange '{exchange}' with routing key '{routing_key}'). It was not stored, and no "
+                "RECEIPT follows for it or anything sent after it: bind a queue (or send elsewhere), "
+                "then reconnect and resend.",
+                private=f"basic.return {reply_code} {reply_text}",
+                receipt_id=self.ledger.receipt_covering(seq),
+            )
+        )
+
     def _on_confirm(self, tag: int, multiple: bool, nack: bool) -> None:
+        if self.closed:  # after a returned message's ERROR its confirm must release no RECEIPT
+            return
         if not nack:
             self.ledger.confirmed(tag, multiple)
+            sent = self.mandatory_sent
+            while sent and not self.ledger.is_unconfirmed(sent[0][0]):
+                sent.popleft()
             return
         self.fail(
             BrokerError(

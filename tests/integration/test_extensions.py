@@ -67,6 +67,48 @@ def test_a_bad_x_match_is_an_error_that_keeps_the_connection(bridge, dial, heade
     conn.receipt("SEND", {"destination": f"/exchange/{headers_exchange}"}, "still here")
 
 
+# -- mandatory publishing: no silent loss of unroutable messages ---------------------------
+
+
+@pytest.mark.parametrize("how", ["setting", "header"])
+def test_an_unroutable_mandatory_send_is_an_error_and_no_receipt(bridge, dial, queues, unique, how):
+    """A persistent SEND no queue takes: the plugin confirms, receipts and drops it; mandatory
+    (the setting, or the SEND's header) makes it an ERROR naming its receipt, and no RECEIPT
+    follows for it or anything after it. The SEND before it keeps its RECEIPT."""
+    server = bridge(mandatory=how == "setting", http_port=0)
+    extra = {"mandatory": "true"} if how == "header" else {}
+    queue = f"mandatory-{unique}"
+    queues.append(queue)
+    conn = dial(server)
+    conn.connect()
+    conn.receipt("SEND", {"destination": f"/queue/{queue}", "persistent": "true", **extra}, "kept",
+                 receipt_id="r1")
+    conn.send_frame("SEND", {"destination": f"/exchange/amq.direct/nobody-{unique}", "persistent": "true",
+                             "receipt": "r2", **extra}, "lost?")
+    conn.send_frame("SEND", {"destination": f"/queue/{queue}", "receipt": "r3", **extra}, "after")
+    frames = conn.read_until_closed()
+    assert [frame.command for frame in frames] == ["ERROR"], [f.headers for f in frames]
+    error = frames[0]
+    assert (error["message"], error["receipt-id"]) == ("Unroutable message", "r2")
+    assert f"'/exchange/amq.direct/nobody-{unique}'" in error.text
+    assert f"exchange 'amq.direct' with routing key 'nobody-{unique}'" in error.text
+    import urllib.request
+
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{server.http_port}/metrics", timeout=10).read()
+    assert b"stomp_bridge_messages_returned_total 1.0" in metrics
+
+
+@pytest.mark.parametrize("settings,header", [({}, None), ({"mandatory": True}, "false")],
+                         ids=["plugin-default", "header-turns-it-off"])
+def test_without_mandatory_an_unroutable_send_is_receipted_as_by_the_plugin(bridge, dial, unique, settings, header):
+    conn = dial(bridge(**settings))
+    conn.connect()
+    headers = {"destination": f"/exchange/amq.direct/nobody-{unique}", "persistent": "true"}
+    if header is not None:
+        headers["mandatory"] = header
+    conn.receipt("SEND", headers, "dropped by RabbitMQ")  # the plugin's way: confirmed and gone
+
+
 # -- selectors ---------------------------------------------------------------------------
 
 

@@ -100,3 +100,11 @@ def test_ack_and_nack_frames_match_pamqp(tag, multiple, requeue):
     assert encode_nack(2, tag, multiple, requeue) == pamqp.frame.marshal(
         spec.Basic.Nack(delivery_tag=tag, multiple=multiple, requeue=requeue), 2
     )
+
+
+def test_a_mandatory_publish_sets_the_mandatory_bit():
+    plain = encode_publish(1, "amq.direct", "k", {}, b"x", 131072)
+    mandatory = encode_publish(1, "amq.direct", "k", {}, b"x", 131072, mandatory=True)
+    method = pamqp.frame.unmarshal(mandatory)[2]
+    assert method.mandatory is True and method.exchange == "amq.direct" and method.routing_key == "k"
+    assert pamqp.frame.unmarshal(plain)[2].mandatory is False  # and the cache keeps them apart

@@ -9,7 +9,7 @@ from pamqp import commands as spec
 from pamqp.body import ContentBody
 from pamqp.header import ContentHeader
 
-from stomp_bridge.amqp.codec import decode_confirm, decode_content_header, decode_deliver
+from stomp_bridge.amqp.codec import decode_confirm, decode_content_header, decode_deliver, decode_return
 from stomp_bridge.amqp.delivery import Delivery
 from stomp_bridge.amqp.reader import BulkFrameReceiver, ChannelHooks, Hooks, current_hooks
 
@@ -78,6 +78,7 @@ def make_receiver(channel: int = 1):
     hooks.channels[channel] = ChannelHooks(
         on_delivery=lambda delivery: got.append(("deliver", delivery)),
         on_confirm=lambda *args: got.append(("confirm", args)),
+        on_return=lambda *args: got.append(("return", args)),
     )
     token = current_hooks.set(hooks)
     try:
@@ -113,6 +114,32 @@ def test_other_channels_and_other_methods_go_to_aiormq_in_order():
     kinds = [type(frame).__name__ for _, _, frame in receiver._frames]
     assert kinds == ["ConsumeOk", "Deliver", "ContentHeader", "ContentBody", "Close"]
     assert got == []
+
+
+def test_return_arguments_decode_like_pamqp():
+    raw = pamqp.frame.marshal(
+        spec.Basic.Return(reply_code=312, reply_text="NO_ROUTE", exchange="amq.direct", routing_key="nobody"), 1)
+    assert decode_return(raw[7:-1]) == (312, "NO_ROUTE", "amq.direct", "nobody")
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 4096])
+def test_a_returned_message_reaches_its_hook_before_the_confirm_that_follows_it(chunk):
+    """RabbitMQ sends basic.return before the basic.ack of the same mandatory publish; through
+    aiormq the ack would overtake the return and a RECEIPT go out for a dropped message."""
+    receiver, got = make_receiver()
+    stream = (
+        pamqp.frame.marshal(spec.Basic.Return(reply_code=312, reply_text="NO_ROUTE", exchange="amq.direct",
+                                              routing_key="nobody"), 1)
+        + pamqp.frame.marshal(ContentHeader(0, 5, spec.Basic.Properties(delivery_mode=2)), 1)
+        + pamqp.frame.marshal(ContentBody(b"lost?"), 1)
+        + pamqp.frame.marshal(spec.Basic.Ack(delivery_tag=1, multiple=False), 1)
+        + deliver_frames(1, 1, b"after")
+    )
+    feed(receiver, stream, chunk)
+    assert got[0] == ("return", (312, "NO_ROUTE", "amq.direct", "nobody"))
+    assert got[1] == ("confirm", (1, False, False))
+    assert got[2][0] == "deliver" and got[2][1].body == b"after"
+    assert not receiver._frames
 
 
 def test_a_frame_without_its_end_byte_is_refused():

@@ -126,6 +126,10 @@ def test_swaptacular_profile_is_one_switch() -> None:
         None, 61614, "1.3", True, True,
     )
     assert (s.ws_port, s.wss_port) == (None, None)  # only the mutual-TLS STOMP listener
+    # a peer's message that no queue takes is an ERROR, not a RECEIPT (swpt_stomp's own server)
+    assert s.mandatory is True
+    assert Settings(profile="swaptacular", mandatory=False, **TLS).mandatory is False
+    assert Settings().mandatory is False  # the plugin's way elsewhere
 
 
 def test_listeners_can_be_switched_off_from_the_environment(monkeypatch) -> None:
