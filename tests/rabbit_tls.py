@@ -1,6 +1,7 @@
 """An extra amqps:// listener and the EXTERNAL mechanism on the shared test RabbitMQ.
 
-Everything here is additive and undone at the end of the test session: a TLS
+Everything here is additive and undone at the end of the test session (the broker is left as
+the tests found it): a TLS
 listener on a free port (rabbit_networking:start_ssl_listener/4 with the
 certificates inline, so the broker needs no files), ``EXTERNAL`` appended to
 ``auth_mechanisms``, and ``verify_peer`` in the (empty) global ``ssl_options``,
@@ -45,16 +46,33 @@ def stop_tls_listener(port: int) -> None:
     rabbitmqctl_eval(f'rabbit_networking:stop_tcp_listener({{"127.0.0.1", {port}}}).')
 
 
-def enable_external() -> None:
-    """Idempotent: EXTERNAL offered, and rabbit_ssl sees verify_peer."""
-    rabbitmqctl_eval(
+@contextlib.contextmanager
+def external_enabled():
+    """EXTERNAL offered, and rabbit_ssl sees verify_peer, for the block; then what was added is
+    taken away again, so the broker is left as the tests found it (added only where missing)."""
+    added = rabbitmqctl_eval(
         "{ok, M} = application:get_env(rabbit, auth_mechanisms), "
-        "case lists:member('EXTERNAL', M) of true -> ok; "
-        "false -> application:set_env(rabbit, auth_mechanisms, M ++ ['EXTERNAL']) end, "
+        "AddM = not lists:member('EXTERNAL', M), "
+        "case AddM of true -> application:set_env(rabbit, auth_mechanisms, M ++ ['EXTERNAL']); false -> ok end, "
         "{ok, O} = application:get_env(rabbit, ssl_options), "
-        "case proplists:get_value(verify, O) of undefined -> "
-        "application:set_env(rabbit, ssl_options, [{verify, verify_peer} | O]); _ -> ok end."
+        "AddV = proplists:get_value(verify, O) =:= undefined, "
+        "case AddV of true -> application:set_env(rabbit, ssl_options, [{verify, verify_peer} | O]); "
+        "false -> ok end, {AddM, AddV}."
     )
+    add_mechanism, add_verify = (part == "true" for part in added.strip("{}").split(","))
+    try:
+        yield
+    finally:
+        if add_mechanism:
+            rabbitmqctl_eval(
+                "{ok, M} = application:get_env(rabbit, auth_mechanisms), "
+                "application:set_env(rabbit, auth_mechanisms, M -- ['EXTERNAL'])."
+            )
+        if add_verify:
+            rabbitmqctl_eval(
+                "{ok, O} = application:get_env(rabbit, ssl_options), "
+                "application:set_env(rabbit, ssl_options, O -- [{verify, verify_peer}])."
+            )
 
 
 @contextlib.contextmanager

@@ -18,7 +18,7 @@ from tests.integration.tls_support import (  # noqa: F401 - fixtures
     tls_dial,
     tls_settings,
 )
-from tests.rabbit_tls import amqp_connections, broker_cert_login_from
+from tests.rabbit_tls import amqp_connections, broker_cert_login_from, external_enabled, rabbitmqctl_eval
 
 
 def _send_and_get(conn, rabbit, queues, unique, body="hello") -> None:
@@ -320,3 +320,19 @@ def test_wss_shares_the_tls_context_and_certificate_login(
         ws.send("CONNECT\naccept-version:1.2\nhost:/\n\n\0")
         assert ws.recv(timeout=20).split("\n", 1)[0] == "CONNECTED"
         assert [c["auth_mechanism"] for c in amqp_connections() if c["user"] == dn] == ["EXTERNAL"]
+
+
+@pytest.mark.rabbitmqctl
+def test_external_enabled_leaves_the_broker_as_it_found_it(broker):
+    """The amqps tests add EXTERNAL and verify_peer to the shared broker, and take them away
+    again: after a test run, RabbitMQ's auth_mechanisms and ssl_options are what they were."""
+
+    def state() -> tuple[str, str]:
+        return (rabbitmqctl_eval("application:get_env(rabbit, auth_mechanisms)."),
+                rabbitmqctl_eval("application:get_env(rabbit, ssl_options)."))
+
+    before = state()
+    with external_enabled():
+        during = state()
+        assert "'EXTERNAL'" in during[0] and "verify_peer" in during[1]
+    assert state() == before

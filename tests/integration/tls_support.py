@@ -139,9 +139,11 @@ def amqps(broker, test_pki) -> Amqps:
     server = pki.server_cert(test_pki.ca, "rabbitmq")
     port = free_port()
     rabbit_tls.start_tls_listener(port, [test_pki.signer.cert_der], server.cert_der, server.key_der)
-    rabbit_tls.enable_external()
-    yield Amqps(f"amqps://guest:guest@127.0.0.1:{port}/", port)
-    rabbit_tls.stop_tls_listener(port)
+    try:
+        with rabbit_tls.external_enabled():
+            yield Amqps(f"amqps://guest:guest@127.0.0.1:{port}/", port)
+    finally:
+        rabbit_tls.stop_tls_listener(port)
 
 
 def subject_dn(cert_file: str) -> str:
