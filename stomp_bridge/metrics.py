@@ -118,6 +118,7 @@ class Counters:
         self.messages_published = 0
         self.messages_delivered = 0
         self.messages_returned = 0  # mandatory publishes RabbitMQ returned: no queue took them
+        self.resubscriptions = 0  # subscriptions RabbitMQ cancelled that the bridge made again
         self.errors = LabelCounts(ERROR_REASONS)  # ERROR frames by message
         self.amqp_connection_failures = 0
         self.heartbeat_timeouts = 0
@@ -188,6 +189,11 @@ class BridgeCollector(Collector):
             "Mandatory publishes RabbitMQ returned because no queue took them (each an ERROR "
             "'Unroutable message' and no RECEIPT).",
             c.messages_returned,
+        )
+        yield _counter(
+            "stomp_bridge_resubscriptions",
+            "Subscriptions RabbitMQ cancelled that the bridge subscribed again (resubscribe_on_cancel).",
+            c.resubscriptions,
         )
         yield _labelled(
             "stomp_bridge_errors", "ERROR frames sent, by their message (unknown ones: other).", "reason",

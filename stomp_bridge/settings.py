@@ -106,6 +106,17 @@ class Settings(BaseSettings):
         "message RabbitMQ dropped, as under the plugin. A SEND's own `mandatory:true|false` header "
         "wins. On by default in the Swaptacular profile.",
     )
+    resubscribe_on_cancel: bool = Field(
+        False,
+        description="When RabbitMQ cancels a subscription's consumer (its queue deleted, a quorum "
+        "queue's consumer timeout, a node down), subscribe again on the client's behalf once the "
+        "queue is there (a /queue/ is declared again), instead of the plugin's ERROR 'Server "
+        "cancelled subscription', which comes only after resubscribe_timeout.",
+    )
+    resubscribe_timeout: float = Field(
+        60.0, gt=0, description="Seconds resubscribe_on_cancel keeps asking for the queue (0.5 s, doubling "
+        "up to 30 s, between attempts).",
+    )
     headers_bindings: bool = Field(
         False,
         description="A SUBSCRIBE to /exchange/<name> with an x-match header (all, any, all-with-x, "

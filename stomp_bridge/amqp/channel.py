@@ -35,9 +35,10 @@ by the bridge before any AMQP command, so the channel stays usable.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timezone
 from typing import Any
 
@@ -533,12 +534,10 @@ class AmqpSession:
             frame.routing_key or "", properties_dict(message.header.properties), message.body,
         )
 
-    async def peek(self, queue: str) -> tuple[dict[str, Any], bytes] | None:
-        """The first message of ``queue`` left in place, or None if it is empty or missing: read
-        on a short-lived channel, whose close hands the message back (and whose NOT_FOUND does
-        not close the session's channel)."""
-        self._check_exclusive(queue)
-        await self.flush()
+    @contextlib.asynccontextmanager
+    async def _side_channel(self) -> AsyncIterator[aiormq.Channel]:
+        """A short-lived channel on this session's connection, for what may fail with NOT_FOUND:
+        that closes the channel it is sent on, and the session's own must stay open."""
         shared = self.shared
         number = shared.free_number()
         shared.sessions[number] = self  # holds the number (aiormq's own choice can pass channel_max)
@@ -548,20 +547,40 @@ class AmqpSession:
             shared.sessions.pop(number, None)
             raise broker_error(exc) from exc
         try:
-            message = await channel.basic_get(queue, no_ack=False)
-        except amqp_exc.ChannelNotFoundEntity:
-            return None
-        except (amqp_exc.AMQPError, ConnectionError) as exc:
-            raise broker_error(exc) from exc
+            yield channel
         finally:
             try:
                 if not channel.is_closed:
                     await channel.close()
             finally:
                 shared.sessions.pop(number, None)
+
+    async def peek(self, queue: str) -> tuple[dict[str, Any], bytes] | None:
+        """The first message of ``queue`` left in place, or None if it is empty or missing: read
+        on a side channel, whose close hands the message back."""
+        self._check_exclusive(queue)
+        await self.flush()
+        async with self._side_channel() as channel:
+            try:
+                message = await channel.basic_get(queue, no_ack=False)
+            except amqp_exc.ChannelNotFoundEntity:
+                return None
+            except (amqp_exc.AMQPError, ConnectionError) as exc:
+                raise broker_error(exc) from exc
         if not isinstance(message.delivery, spec.Basic.GetOk):
             return None
         return properties_dict(message.header.properties), message.body
+
+    async def queue_exists(self, queue: str) -> bool:
+        """Whether ``queue`` exists now (a passive declare, on a side channel)."""
+        async with self._side_channel() as channel:
+            try:
+                await channel.queue_declare(queue, passive=True)
+            except amqp_exc.ChannelNotFoundEntity:
+                return False
+            except (amqp_exc.AMQPError, ConnectionError) as exc:
+                raise broker_error(exc) from exc
+        return True
 
     def flush_nowait(self) -> None:
         """Hand the batch to the writer from a synchronous callback (the ack of a delivery a

@@ -52,6 +52,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+RESUBSCRIBE_FIRST_DELAY = 0.5  # seconds before asking again for a cancelled subscription's queue
+RESUBSCRIBE_MAX_DELAY = 30.0  # the backoff doubles up to this
+
+
 class Session:
     """State of one STOMP connection; the transport feeds it frames.
 
@@ -500,6 +504,8 @@ class Session:
         plans = [self._subscribe_plan(target, headers) for target in targets]  # refusals before I/O
         sub = Subscription(tag, destination, "", ack=mode != "auto", multiple=multiple, filter=hook,
                            window=window if composite is None else 0, arguments=arguments)
+        if self.settings.resubscribe_on_cancel:
+            sub.again = (targets, headers, prefetch)
         await self._subscribe(sub, list(zip(targets, plans)), prefetch, headers.get("receipt"))
 
     async def _subscribe(
@@ -590,14 +596,58 @@ class Session:
         self._maybe_receipt(frame)
 
     def _on_server_cancel(self, consumer_tag: str) -> None:
-        """RabbitMQ cancelled a consumer (its queue was deleted): the plugin's ERROR; the
-        connection and its other subscriptions carry on."""
+        """RabbitMQ cancelled a consumer (its queue was deleted, a quorum queue's consumer
+        timeout, a node went down): the plugin's ERROR, the connection and its other
+        subscriptions carry on; or, with resubscribe_on_cancel, the bridge subscribes again
+        once the queue is there, and the ERROR comes only if it is not within
+        resubscribe_timeout."""
         sub = self.subscriptions.get(consumer_tag)
         if sub is None:
             return
         consumer_tag = sub.consumer_tag  # one ERROR per subscription, whichever consumer went
         for tag in (consumer_tag, *sub.extra_tags):
             self.subscriptions.pop(tag, None)
+        if sub.again is not None and not self.closed:
+            task = asyncio.ensure_future(self._resubscribe(sub))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            return
+        self._cancelled(consumer_tag)
+
+    async def _resubscribe(self, sub: Subscription) -> None:
+        """Subscribe ``sub`` again as its SUBSCRIBE did (a /queue/ is declared again), once every
+        queue it reads from exists; retried after 0.5 s, doubling up to 30 s, until
+        resubscribe_timeout, then the plugin's ERROR."""
+        assert sub.again is not None
+        targets, headers, prefetch = sub.again
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.resubscribe_timeout
+        delay = RESUBSCRIBE_FIRST_DELAY
+        while not self.closed:
+            try:
+                plans = [self.rules.subscribe_plan(target, headers) for target in targets]
+                amqp = self.channel()
+                missing = [plan.queue for plan in plans
+                           if plan.declare is None and not await amqp.queue_exists(plan.queue)]
+                if not missing:
+                    sub.extra_tags, sub.unacked, sub.growing = (), 0, False
+                    await self._subscribe(sub, list(zip(targets, plans)), prefetch, None)
+                    self.counters.resubscriptions += 1
+                    log.info("subscribed again after RabbitMQ cancelled the consumer",
+                             extra={"peer": self.peer_name, "subscription": hdr.subscription_id(sub.consumer_tag),
+                                    "queue": sub.queue})
+                    return
+            except StompError as exc:
+                self.fail(exc)
+                return
+            if loop.time() + delay > deadline:
+                self._cancelled(sub.consumer_tag)
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RESUBSCRIBE_MAX_DELAY)
+
+    def _cancelled(self, consumer_tag: str) -> None:
+        """The plugin's ERROR for a subscription RabbitMQ cancelled."""
         self.fail(
             BrokerError(
                 "Server cancelled subscription",

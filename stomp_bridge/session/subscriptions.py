@@ -42,6 +42,9 @@ class Subscription:
     # MESSAGEs that arrived before the SUBSCRIBE's RECEIPT went out (None: none held); the
     # plugin answers SUBSCRIBE before it handles any delivery, and clients wait for the RECEIPT.
     held: list[bytes] | None = None
+    # resubscribe_on_cancel: what SUBSCRIBE asked for, to ask again when RabbitMQ cancels
+    # (the destinations, SUBSCRIBE's headers, the prefetch); None otherwise.
+    again: tuple[list[dest.Destination], dict[str, str], int] | None = None
 
     def window_full(self) -> bool:
         """The client holds every window's deliveries: time for one consumer more."""

@@ -109,6 +109,59 @@ def test_without_mandatory_an_unroutable_send_is_receipted_as_by_the_plugin(brid
     conn.receipt("SEND", headers, "dropped by RabbitMQ")  # the plugin's way: confirmed and gone
 
 
+# -- resubscribe_on_cancel -----------------------------------------------------------------
+
+
+def test_a_deleted_queue_is_declared_and_subscribed_again(bridge, dial, rabbit, queues, unique):
+    """/queue/: RabbitMQ cancels the consumer when the queue is deleted; the bridge declares it
+    again (as the SUBSCRIBE did) and consumes: the client sees no ERROR, and the next SEND
+    arrives on the same subscription."""
+    server = bridge(resubscribe_on_cancel=True, http_port=0)
+    name = f"again-{unique}"
+    queues.append(name)
+    consumer, producer = dial(server), dial(server)
+    consumer.connect()
+    producer.connect()
+    consumer.subscribe(f"/queue/{name}", sub_id="s-again")
+    rabbit.delete_queue(name)
+    producer.receipt("SEND", {"destination": f"/queue/{name}"}, "after the delete")  # declares it too
+    message = consumer.expect("MESSAGE", timeout=15)
+    assert (message.body, message["subscription"]) == (b"after the delete", "s-again")
+    import urllib.request
+
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{server.http_port}/metrics", timeout=10).read()
+    assert b"stomp_bridge_resubscriptions_total 1.0" in metrics
+
+
+def test_an_amq_queue_is_subscribed_again_once_it_is_back(bridge, dial, rabbit, queues, unique):
+    name = f"back-{unique}"
+    queues.append(name)
+    rabbit.declare_queue(name)
+    consumer, producer = dial(bridge(resubscribe_on_cancel=True)), dial(bridge())
+    consumer.connect()
+    producer.connect()
+    consumer.subscribe(f"/amq/queue/{name}", sub_id="s-back")
+    rabbit.delete_queue(name)
+    consumer.no_frame(1.0)  # no ERROR while the bridge waits for the queue
+    rabbit.declare_queue(name)
+    producer.receipt("SEND", {"destination": f"/amq/queue/{name}"}, "it is back")
+    message = consumer.expect("MESSAGE", timeout=15)
+    assert (message.body, message["subscription"]) == (b"it is back", "s-back")
+
+
+def test_a_queue_that_stays_away_ends_in_the_plugins_error(bridge, dial, rabbit, queues, unique):
+    name = f"gone-{unique}"
+    queues.append(name)
+    rabbit.declare_queue(name)
+    conn = dial(bridge(resubscribe_on_cancel=True, resubscribe_timeout=1.0))
+    conn.connect()
+    conn.subscribe(f"/amq/queue/{name}", sub_id="s-gone")
+    rabbit.delete_queue(name)
+    error = conn.expect("ERROR", timeout=15)
+    assert (error["message"], error["subscription"]) == ("Server cancelled subscription", "s-gone")
+    conn.receipt("SEND", {"destination": "/topic/still-usable"}, "x")  # the connection stays
+
+
 # -- selectors ---------------------------------------------------------------------------
 
 
