@@ -43,7 +43,8 @@ BRIDGE_ERRORS = frozenset({
     "Missing destination or id", "Missing frame terminator", "Missing header",
     "Missing transaction", "No subscription found", "Not connected", "Processing error",
     "Selector not supported on shared queues", "Server cancelled subscription", "Server shutdown",
-    "Subscription not found", "Too many headers", "Too many subscriptions", "Transaction limit exceeded",
+    "Subscription not found", "Token expired", "Token refused", "Too many headers", "Too many subscriptions",
+    "Transaction limit exceeded",
     "Transaction too large", "Unknown destination", "Unroutable message", "Unsupported browser-end",
     "Unsupported content type", "Untrusted PROXY protocol peer", "Version mismatch",
 })
@@ -119,6 +120,7 @@ class Counters:
         self.messages_delivered = 0
         self.messages_returned = 0  # mandatory publishes RabbitMQ returned: no queue took them
         self.resubscriptions = 0  # subscriptions RabbitMQ cancelled that the bridge made again
+        self.token_updates = 0  # new OAuth 2 tokens clients sent to /bridge/token, accepted by RabbitMQ
         self.errors = LabelCounts(ERROR_REASONS)  # ERROR frames by message
         self.amqp_connection_failures = 0
         self.heartbeat_timeouts = 0
@@ -194,6 +196,12 @@ class BridgeCollector(Collector):
             "stomp_bridge_resubscriptions",
             "Subscriptions RabbitMQ cancelled that the bridge subscribed again (resubscribe_on_cancel).",
             c.resubscriptions,
+        )
+        yield _counter(
+            "stomp_bridge_token_updates",
+            "New OAuth 2 tokens clients sent to /bridge/token that RabbitMQ accepted "
+            "(connection.update-secret).",
+            c.token_updates,
         )
         yield _labelled(
             "stomp_bridge_errors", "ERROR frames sent, by their message (unknown ones: other).", "reason",

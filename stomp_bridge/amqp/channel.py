@@ -571,6 +571,18 @@ class AmqpSession:
             return None
         return properties_dict(message.header.properties), message.body
 
+    async def update_secret(self, secret: str) -> None:
+        """A new secret (an OAuth 2 token) for this session's AMQP connection
+        (connection.update-secret). The connection is no longer offered to new logins: one
+        with the old token or the new one gets a connection RabbitMQ checked for it, never this
+        one on another client's token. RabbitMQ refuses a token for another user by closing
+        the connection."""
+        self.shared.retired = True
+        try:
+            await self.connection.update_secret(secret, reason="stomp-bridge: the client sent a new token")
+        except (amqp_exc.AMQPError, ConnectionError) as exc:
+            raise broker_error(exc) from exc
+
     async def queue_exists(self, queue: str) -> bool:
         """Whether ``queue`` exists now (a passive declare, on a side channel)."""
         async with self._side_channel() as channel:

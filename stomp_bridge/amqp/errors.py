@@ -5,6 +5,18 @@ from __future__ import annotations
 import aiormq.exceptions as amqp_exc
 
 from stomp_bridge.protocol.errors import BrokerError, StompError
+from stomp_bridge.protocol.features import TOKEN_DESTINATION
+
+
+def token_expired(private: str = "") -> BrokerError:
+    """The ERROR for a connection whose OAuth 2 token ran out (RabbitMQ's close, or the
+    bridge's own timer for brokers that keep such a connection open)."""
+    return BrokerError(
+        "Token expired",
+        "Your OAuth 2 token (the passcode) expired, so the connection ends. Log in again with a new "
+        f"token, or send a new one before it expires: SEND it to {TOKEN_DESTINATION}.",
+        private=private,
+    )
 
 
 def broker_error(exc: BaseException) -> StompError:
@@ -21,6 +33,8 @@ def broker_error(exc: BaseException) -> StompError:
         if isinstance(candidate, str) and candidate:
             text = candidate
             break
+    if "credential expired" in text:  # rabbitmq_auth_backend_oauth2: the token's exp passed
+        return token_expired(text)
     if " - " in text:
         name = text.split(" - ", 1)[0].strip().lower()
         return BrokerError(name, text)

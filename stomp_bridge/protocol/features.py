@@ -9,7 +9,9 @@ here). Sources: the Apollo STOMP manual and the Artemis STOMP chapter
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import replace
 
@@ -313,3 +315,27 @@ def temp_topic_reply_to(value: str, session_id: str) -> str | None:
     """A SEND's ``reply-to:/temp-topic/<name>`` as the ``/topic/...`` others can send to."""
     found = parse_temp_topic(value, session_id)
     return None if found is None else "/topic/" + found.name
+
+
+# -- token refresh (OAuth 2): beyond the plugin ------------------------------------------------
+
+# SEND a new token here (the body) and the bridge hands it to RabbitMQ as the connection's new
+# secret (connection.update-secret): a client logged in with a JWT as its passcode refreshes it
+# without reconnecting. Not a destination of the plugin's (it answers "Unknown destination").
+TOKEN_DESTINATION = "/bridge/token"
+
+
+def token_expiry(passcode: str) -> float | None:
+    """When a JWT passcode expires (its ``exp`` claim, epoch seconds), or None for a passcode
+    that is not a JWT or has no ``exp``. Not a verification: RabbitMQ checked the token at the
+    login; the bridge only times the ERROR it owes the client when the token runs out (RabbitMQ
+    4.3 closes the connection then, 4.0 and 3.x do not)."""
+    parts = passcode.split(".")
+    if len(parts) != 3 or not parts[1]:
+        return None
+    try:
+        payload = base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4))
+        exp = json.loads(payload).get("exp")
+    except (ValueError, AttributeError):
+        return None
+    return float(exp) if isinstance(exp, (int, float)) and not isinstance(exp, bool) else None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from stomp_bridge import __version__
 from stomp_bridge.session import extensions as ext
 from stomp_bridge.amqp.channel import AmqpSession, broker_error
+from stomp_bridge.amqp.errors import token_expired
 from stomp_bridge.amqp.delivery import Delivery
 from stomp_bridge.amqp.connect import make_pool
 from stomp_bridge.amqp.endpoints import Endpoints
@@ -136,6 +138,7 @@ class Session:
         # mandatory publishes not yet confirmed, in order: (seq, exchange, routing key, destination)
         self.mandatory_sent: deque[tuple[int, str, str, str]] = deque()
         self._tasks: set[asyncio.Task[None]] = set()  # started here, cancelled by close()
+        self._token_timer: asyncio.TimerHandle | None = None  # a JWT passcode's expiry
 
     # -- entry points used by the transport --------------------------------------
 
@@ -226,6 +229,8 @@ class Session:
         self.closed = True
         for task in list(self._tasks):
             task.cancel()
+        if self._token_timer is not None:
+            self._token_timer.cancel()
         self.transactions.clear()
         self.ledger.release_waiters()
         amqp, self.amqp = self.amqp, None
@@ -271,6 +276,7 @@ class Session:
         )
         amqp, vhost = await self._open_amqp(request, cert_login)
         self._start(amqp, request.user, vhost, version, request.heartbeat)
+        self._expire_token_at(features.token_expiry(request.passcode))
         self.client_id = headers.get("client-id")
         heart_beat = f"{request.heartbeat[0]},{request.heartbeat[1]}"
         log.info(
@@ -386,6 +392,39 @@ class Session:
 
     # -- SEND ---------------------------------------------------------------------
 
+    def _expire_token_at(self, expires: float | None) -> None:
+        """The ERROR a client is owed when its OAuth 2 token runs out (RabbitMQ 4.3 closes the
+        connection then, older brokers keep it open); a new token moves it."""
+        if self._token_timer is not None:
+            self._token_timer.cancel()
+            self._token_timer = None
+        if expires is None:
+            return
+        loop = asyncio.get_running_loop()
+        self._token_timer = loop.call_later(max(0.0, expires - time.time()), self._token_expired)
+
+    def _token_expired(self) -> None:
+        self._token_timer = None
+        self.fail(token_expired())
+
+    async def _update_token(self, frame: Frame) -> None:
+        """SEND to /bridge/token: the body is the client's new OAuth 2 token, handed to RabbitMQ
+        as its connection's new secret; the SEND's RECEIPT (if asked for) once RabbitMQ took it."""
+        token = frame.body.decode("utf-8", "replace").strip()
+        if not token:
+            raise FrameRejected("Invalid header", f"SEND to {features.TOKEN_DESTINATION} needs the new token as its body")
+        try:
+            await self.channel().update_secret(token)
+        except BrokerError as exc:
+            raise BrokerError(
+                "Token refused",
+                f"RabbitMQ refused the new token ({exc.detail}) and closed the connection. Log in again.",
+                private=exc.private or exc.detail,
+            ) from None
+        self._expire_token_at(features.token_expiry(token))
+        self.counters.token_updates += 1
+        log.info("token refreshed", extra={"peer": self.peer_name, "user": self.user})
+
     async def _on_send(self, frame: Frame) -> None:
         if not self.transactions.hold(frame):
             await self._send(frame)
@@ -398,6 +437,9 @@ class Session:
         try:
             destination = self._destination(frame)
         except InvalidDestination:
+            if frame.headers.get("destination") == features.TOKEN_DESTINATION:
+                await self._update_token(frame)  # not a plugin destination: no cost to other SENDs
+                return
             for part in ext.destinations(self, frame):  # composite, /dsub/ (or the plugin's error)
                 await self._send_to(frame, part)
             return

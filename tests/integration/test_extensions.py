@@ -162,6 +162,63 @@ def test_a_queue_that_stays_away_ends_in_the_plugins_error(bridge, dial, rabbit,
     conn.receipt("SEND", {"destination": "/topic/still-usable"}, "x")  # the connection stays
 
 
+# -- OAuth 2 token refresh ------------------------------------------------------------------
+
+
+@pytest.fixture
+def oauth(broker):
+    if broker.local is None or broker.local.name == "system":
+        pytest.skip("OAuth 2 is set up on the 4.x test brokers (scripts/rabbitmq4) only")
+    from tests.tokens import token
+
+    return token
+
+
+def test_a_token_sent_on_the_open_connection_outlives_the_first(bridge, dial, oauth):
+    """A JWT as the passcode logs in; SEND to /bridge/token hands RabbitMQ a new one
+    (connection.update-secret), and the connection lives past the first token's expiry."""
+    import time
+
+    server = bridge(http_port=0)
+    conn = dial(server, timeout=15)
+    expires = time.time() + 3
+    conn.connect(login="oauth-user", passcode=oauth("oauth-user", expires_in=3))
+    conn.receipt("SEND", {"destination": "/bridge/token"}, oauth("oauth-user", expires_in=120), receipt_id="new")
+    time.sleep(max(0.0, expires - time.time()) + 2.0)  # no event says a token expired: the clock
+    conn.receipt("SEND", {"destination": "/exchange/amq.direct/after-the-first-token"}, "still here",
+                 receipt_id="alive")
+    import urllib.request
+
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{server.http_port}/metrics", timeout=10).read()
+    assert b"stomp_bridge_token_updates_total 1.0" in metrics
+
+
+def test_an_expired_token_ends_the_connection_with_an_error_saying_so(bridge, dial, oauth):
+    conn = dial(bridge(), timeout=15)
+    conn.connect(login="oauth-user", passcode=oauth("oauth-user", expires_in=2))
+    error = conn.error_then_close(timeout=15)  # RabbitMQ closes at the expiry
+    assert error["message"] == "Token expired"
+    assert "Log in again with a new token" in error.text and "/bridge/token" in error.text
+
+
+def test_a_token_for_another_user_is_refused_and_the_connection_ends(bridge, dial, oauth):
+    conn = dial(bridge(), timeout=15)
+    conn.connect(login="oauth-user", passcode=oauth("oauth-user"))
+    conn.send_frame("SEND", {"destination": "/bridge/token", "receipt": "r"}, oauth("someone-else"))
+    error = conn.error_then_close(timeout=15)
+    assert error["message"] == "Token refused"
+    assert "New secret was refused" in error.text
+
+
+def test_an_empty_token_is_an_error_that_keeps_the_connection(bridge, dial, oauth):
+    conn = dial(bridge(), timeout=15)
+    conn.connect(login="oauth-user", passcode=oauth("oauth-user"))
+    conn.send_frame("SEND", {"destination": "/bridge/token"}, "")
+    error = conn.expect("ERROR")
+    assert "needs the new token as its body" in error.text
+    conn.receipt("SEND", {"destination": "/exchange/amq.direct/x"}, "the connection stays")
+
+
 # -- selectors ---------------------------------------------------------------------------
 
 

@@ -208,3 +208,19 @@ def test_temp_topic_is_scoped_to_the_session():
 def test_dsub_in_first_place_of_a_composite():
     assert features.parse_extended("/dsub/s,/queue/b", "c") == [
         dest.Destination(dest.AMQ_QUEUE, "c.s"), dest.Destination(dest.QUEUE, "b")]
+
+
+def test_token_expiry_reads_a_jwts_exp_and_nothing_else():
+    import base64
+    import json
+
+    def jwt(claims: object) -> str:
+        part = base64.urlsafe_b64encode(json.dumps(claims).encode()).rstrip(b"=").decode()
+        return f"eyJhbGciOiJIUzI1NiJ9.{part}.c2lnbmF0dXJl"
+
+    assert features.token_expiry(jwt({"sub": "u", "exp": 1900000000})) == 1900000000.0
+    assert features.token_expiry(jwt({"sub": "u"})) is None  # no exp: no timer
+    assert features.token_expiry(jwt({"exp": True})) is None
+    assert features.token_expiry(jwt(["not", "claims"])) is None
+    for passcode in ("guest", "a.b", "a..c", "a.!!!.c", "a.e30.c", ""):
+        assert features.token_expiry(passcode) is None, passcode
