@@ -325,17 +325,22 @@ def temp_topic_reply_to(value: str, session_id: str) -> str | None:
 TOKEN_DESTINATION = "/bridge/token"
 
 
-def token_expiry(passcode: str) -> float | None:
-    """When a JWT passcode expires (its ``exp`` claim, epoch seconds), or None for a passcode
-    that is not a JWT or has no ``exp``. Not a verification: RabbitMQ checked the token at the
-    login; the bridge only times the ERROR it owes the client when the token runs out (RabbitMQ
-    4.3 closes the connection then, 4.0 and 3.x do not)."""
+def token_claims(passcode: str) -> dict | None:
+    """The claims of a JWT passcode, or None for a passcode that is not a JWT. Not a
+    verification: RabbitMQ checked the token at the login; the bridge only reads when it runs
+    out (``exp``: RabbitMQ 4.3 closes the connection then, 4.0 and 3.x do not) and whose it is
+    (``sub``: 4.x refuses another user's token as a new secret, 3.10 takes it)."""
     parts = passcode.split(".")
     if len(parts) != 3 or not parts[1]:
         return None
     try:
-        payload = base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4))
-        exp = json.loads(payload).get("exp")
-    except (ValueError, AttributeError):
+        claims = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+    except ValueError:
         return None
+    return claims if isinstance(claims, dict) else None
+
+
+def token_expiry(claims: dict | None) -> float | None:
+    """A token's ``exp`` (epoch seconds), if it has one."""
+    exp = claims.get("exp") if claims is not None else None
     return float(exp) if isinstance(exp, (int, float)) and not isinstance(exp, bool) else None

@@ -139,6 +139,7 @@ class Session:
         self.mandatory_sent: deque[tuple[int, str, str, str]] = deque()
         self._tasks: set[asyncio.Task[None]] = set()  # started here, cancelled by close()
         self._token_timer: asyncio.TimerHandle | None = None  # a JWT passcode's expiry
+        self._token_subject: str | None = None  # a JWT passcode's sub: a new token must be its
 
     # -- entry points used by the transport --------------------------------------
 
@@ -276,7 +277,9 @@ class Session:
         )
         amqp, vhost = await self._open_amqp(request, cert_login)
         self._start(amqp, request.user, vhost, version, request.heartbeat)
-        self._expire_token_at(features.token_expiry(request.passcode))
+        claims = features.token_claims(request.passcode)
+        self._token_subject = claims.get("sub") if claims is not None else None
+        self._expire_token_at(features.token_expiry(claims))
         self.client_id = headers.get("client-id")
         heart_beat = f"{request.heartbeat[0]},{request.heartbeat[1]}"
         log.info(
@@ -413,6 +416,15 @@ class Session:
         token = frame.body.decode("utf-8", "replace").strip()
         if not token:
             raise FrameRejected("Invalid header", f"SEND to {features.TOKEN_DESTINATION} needs the new token as its body")
+        claims = features.token_claims(token)
+        subject = claims.get("sub") if claims is not None else None
+        if self._token_subject is not None and subject != self._token_subject:
+            # RabbitMQ 4.x refuses another user's token as a new secret; 3.10 would take it
+            raise BrokerError(
+                "Token refused",
+                f"The new token is for {subject!r}, and this connection logged in as {self._token_subject!r}. "
+                "Log in again with it.",
+            )
         try:
             await self.channel().update_secret(token)
         except BrokerError as exc:
@@ -421,7 +433,7 @@ class Session:
                 f"RabbitMQ refused the new token ({exc.detail}) and closed the connection. Log in again.",
                 private=exc.private or exc.detail,
             ) from None
-        self._expire_token_at(features.token_expiry(token))
+        self._expire_token_at(features.token_expiry(claims))
         self.counters.token_updates += 1
         log.info("token refreshed", extra={"peer": self.peer_name, "user": self.user})
 

@@ -210,7 +210,7 @@ def test_dsub_in_first_place_of_a_composite():
         dest.Destination(dest.AMQ_QUEUE, "c.s"), dest.Destination(dest.QUEUE, "b")]
 
 
-def test_token_expiry_reads_a_jwts_exp_and_nothing_else():
+def test_token_claims_and_expiry_read_a_jwt_and_nothing_else():
     import base64
     import json
 
@@ -218,9 +218,12 @@ def test_token_expiry_reads_a_jwts_exp_and_nothing_else():
         part = base64.urlsafe_b64encode(json.dumps(claims).encode()).rstrip(b"=").decode()
         return f"eyJhbGciOiJIUzI1NiJ9.{part}.c2lnbmF0dXJl"
 
-    assert features.token_expiry(jwt({"sub": "u", "exp": 1900000000})) == 1900000000.0
-    assert features.token_expiry(jwt({"sub": "u"})) is None  # no exp: no timer
-    assert features.token_expiry(jwt({"exp": True})) is None
-    assert features.token_expiry(jwt(["not", "claims"])) is None
-    for passcode in ("guest", "a.b", "a..c", "a.!!!.c", "a.e30.c", ""):
-        assert features.token_expiry(passcode) is None, passcode
+    claims = features.token_claims(jwt({"sub": "u", "exp": 1900000000}))
+    assert claims == {"sub": "u", "exp": 1900000000}
+    assert features.token_expiry(claims) == 1900000000.0
+    assert features.token_expiry(features.token_claims(jwt({"sub": "u"}))) is None  # no exp: no timer
+    assert features.token_expiry({"exp": True}) is None
+    assert features.token_claims(jwt(["not", "claims"])) is None
+    for passcode in ("guest", "a.b", "a..c", "a.!!!.c", ""):
+        assert features.token_claims(passcode) is None, passcode
+    assert features.token_expiry(features.token_claims("a.e30.c")) is None  # {}: no exp
