@@ -615,8 +615,12 @@ class Session:
         if held and not self.closed:
             self._write(b"".join(held))
 
-    def _subscribe_plan(self, destination: dest.Destination, headers: dict[str, str]) -> dest.SubscribePlan:
-        plan = self.rules.subscribe_plan(destination, headers, declare=destination.name not in self.declared_queues)
+    def _subscribe_plan(
+        self, destination: dest.Destination, headers: dict[str, str], *, declare: bool | None = None
+    ) -> dest.SubscribePlan:
+        if declare is None:  # a /queue/ this session declared already is not declared again
+            declare = destination.name not in self.declared_queues
+        plan = self.rules.subscribe_plan(destination, headers, declare=declare)
         return ext.adjust_plan(self, plan, destination, headers)
 
     async def _on_unsubscribe(self, frame: Frame) -> None:
@@ -679,7 +683,8 @@ class Session:
         delay = RESUBSCRIBE_FIRST_DELAY
         while not self.closed:
             try:
-                plans = [self.rules.subscribe_plan(target, headers) for target in targets]
+                # declared again: a /queue/ RabbitMQ deleted is gone, whatever this session did before
+                plans = [self._subscribe_plan(target, headers, declare=True) for target in targets]
                 amqp = self.channel()
                 missing = [plan.queue for plan in plans
                            if plan.declare is None and not await amqp.queue_exists(plan.queue)]

@@ -133,6 +133,28 @@ def test_a_deleted_queue_is_declared_and_subscribed_again(bridge, dial, rabbit, 
     assert b"stomp_bridge_resubscriptions_total 1.0" in metrics
 
 
+def test_a_durable_subscription_is_made_again_under_its_own_name(bridge, dial, rabbit, queues, unique):
+    """The extensions' naming holds when the bridge subscribes again: Artemis' durable
+    subscription comes back as <client-id>.<name>, bound to its topic, not as a plugin name."""
+    import time
+
+    server = bridge(resubscribe_on_cancel=True)
+    queue = f"c-{unique}.n"
+    queues.append(queue)
+    consumer, producer = dial(server), dial(server)
+    consumer.connect(extra={"client-id": f"c-{unique}"})
+    producer.connect()
+    consumer.subscribe(f"/topic/t-{unique}", sub_id="d", headers={"durable-subscription-name": "n"})
+    rabbit.delete_queue(queue)
+    deadline = time.monotonic() + 15
+    while not any(b["source"] == "amq.topic" for b in rabbit.bindings(queue)):  # no event says it is back
+        assert time.monotonic() < deadline, f"{queue} was not declared and bound again"
+        time.sleep(0.1)
+    producer.receipt("SEND", {"destination": f"/topic/t-{unique}"}, "to the durable subscription")
+    message = consumer.expect("MESSAGE", timeout=15)
+    assert (message.body, message["subscription"]) == (b"to the durable subscription", "d")
+
+
 def test_an_amq_queue_is_subscribed_again_once_it_is_back(bridge, dial, rabbit, queues, unique):
     name = f"back-{unique}"
     queues.append(name)
