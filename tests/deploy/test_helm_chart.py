@@ -300,3 +300,18 @@ def test_values_schema_config_part_is_generated_from_the_settings_model():
         "values.schema.json is out of date: run `.venv/bin/python scripts/chart-schema.py`"
     )
     assert module.CHART_OWNED <= known_settings()
+
+
+def test_the_charts_readme_lists_every_value_with_its_default():
+    spec = importlib.util.spec_from_file_location("chart_readme", ROOT / "scripts" / "chart-readme.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    readme = (CHART / "README.md").read_text()
+    values = (CHART / "values.yaml").read_text()
+    start = readme.index(module.BEGIN) + len(module.BEGIN)
+    assert readme[start:readme.index(module.END)] == module.table(values), (
+        "helm/stomp-bridge/README.md is out of date: run `.venv/bin/python scripts/chart-readme.py`"
+    )
+    listed = {dotted for dotted, _, _ in module.rows(values)}
+    assert {"replicaCount", "secret.amqpUrl", "tls.certManager.issuerRef.kind", "ingress.annotations",
+            "priorityClassName"} <= listed
