@@ -1,0 +1,96 @@
+"""A RabbitMQ 4.3 cluster of three nodes (scripts/rabbitmq-cluster) under the bridge.
+
+The bridge gets all three nodes in ``amqp_url``. The node its AMQP connection is on dies
+(``kill -9``) in the middle of persistent publishing to a quorum queue; the client does what a
+careful STOMP client does: it resends every SEND it has no RECEIPT for, after reconnecting.
+Every receipted message must be in the queue afterwards (lost = 0); duplicates are counted.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from testkit.bridge import BridgeThread
+from testkit.management import Management
+from tests.integration.rawstomp import ConnectionClosed, FrameTimeout, RawStomp
+
+ROOT = Path(__file__).resolve().parents[2]
+MESSAGES = 400
+KILL_AT = 150
+
+
+def cluster(*args: str, timeout: float = 300) -> str:
+    done = subprocess.run(["bash", str(ROOT / "scripts" / "rabbitmq-cluster"), *args], capture_output=True,
+                          text=True, timeout=timeout)
+    if done.returncode != 0:
+        pytest.fail(f"scripts/rabbitmq-cluster {' '.join(args)} failed ({done.returncode}): "
+                    f"{done.stderr[-2000:] or done.stdout[-2000:]}", pytrace=False)
+    return done.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def urls():
+    """The cluster, started (idempotent, about 7 s here) and left running like the other test
+    brokers; every node is up again at the end of each test."""
+    cluster("start")
+    yield cluster("urls")
+    cluster("start")
+
+
+def connect(port: int) -> RawStomp:
+    conn = RawStomp(("127.0.0.1", port), timeout=30)
+    conn.connect()
+    return conn
+
+
+def test_kill_9_of_the_node_under_the_bridge_loses_no_receipted_message(urls, unique):
+    bridge = BridgeThread(urls)
+    bridge.start()
+    queue = f"ha-{unique}"
+    api = Management("http://127.0.0.1:15692/api")  # node 2, which stays up
+    try:
+        conn = connect(bridge.port)
+        conn.receipt("SEND", {"destination": f"/queue/{queue}", "x-queue-type": "quorum", "persistent": "true"},
+                     "declare", receipt_id="declare")
+        receipted: set[int] = set()
+        reconnects = 0
+        i = 0
+        while i < MESSAGES:
+            if i == KILL_AT and reconnects == 0:
+                cluster("kill", "1")  # the first node of amqp_url: where the bridge's connection is
+            try:
+                conn.receipt("SEND", {"destination": f"/amq/queue/{queue}", "persistent": "true"}, f"m-{i}",
+                             receipt_id=f"r-{i}")
+                receipted.add(i)
+                i += 1
+            except (ConnectionClosed, FrameTimeout, AssertionError, OSError):
+                # an ERROR (broker connection lost), a close, or no RECEIPT: reconnect and resend i
+                reconnects += 1
+                assert reconnects <= 20, "the bridge did not fail over to the surviving nodes"
+                conn.close()
+                deadline = time.monotonic() + 60
+                while True:
+                    try:
+                        conn = connect(bridge.port)
+                        break
+                    except (ConnectionClosed, FrameTimeout, AssertionError, OSError):
+                        assert time.monotonic() < deadline, "no login through the bridge within 60 s"
+                        time.sleep(0.5)
+        assert reconnects >= 1, "killing the node under the bridge should have cost the client its connection"
+        bodies = [m["payload"] for m in api.get(queue, count=MESSAGES * 2)]
+        stored = [int(body.removeprefix("m-")) for body in bodies if body.startswith("m-")]
+        lost = receipted - set(stored)
+        duplicates = len(stored) - len(set(stored))
+        print(f"\nkill -9 of node 1 after {KILL_AT}: {len(receipted)} receipted, {len(stored)} stored, "
+              f"lost {len(lost)}, duplicates {duplicates}, reconnects {reconnects}")
+        assert not lost, f"receipted but not in the quorum queue: {sorted(lost)[:20]}"
+    finally:
+        bridge.stop()
+        try:
+            api.delete_queue(queue)
+        except Exception:  # noqa: BLE001 - the cluster may be restarting
+            pass
