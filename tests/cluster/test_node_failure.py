@@ -1,7 +1,7 @@
 """A RabbitMQ 4.3 cluster of three nodes (scripts/rabbitmq-cluster) under the bridge.
 
 The bridge gets all three nodes in ``amqp_url``. The node its AMQP connection is on dies
-(``kill -9``) in the middle of persistent publishing to a quorum queue; the client does what a
+(``kill -9``, or a graceful shutdown) in the middle of persistent publishing to a quorum queue; the client does what a
 careful STOMP client does: it resends every SEND it has no RECEIPT for, after reconnecting.
 Every receipted message must be in the queue afterwards (lost = 0); duplicates are counted.
 """
@@ -32,10 +32,10 @@ def cluster(*args: str, timeout: float = 300) -> str:
     return done.stdout.strip()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def urls():
-    """The cluster, started (idempotent, about 7 s here) and left running like the other test
-    brokers; every node is up again at the end of each test."""
+    """The cluster with every node up (a start is idempotent: about 7 s the first time, a few
+    for a node that a test took down), left running like the other test brokers."""
     cluster("start")
     yield cluster("urls")
     cluster("start")
@@ -47,7 +47,8 @@ def connect(port: int) -> RawStomp:
     return conn
 
 
-def test_kill_9_of_the_node_under_the_bridge_loses_no_receipted_message(urls, unique):
+@pytest.mark.parametrize("fault", ["kill", "stop"], ids=["kill-9", "graceful-stop"])
+def test_losing_the_node_under_the_bridge_loses_no_receipted_message(urls, unique, fault):
     bridge = BridgeThread(urls)
     bridge.start()
     queue = f"ha-{unique}"
@@ -61,7 +62,8 @@ def test_kill_9_of_the_node_under_the_bridge_loses_no_receipted_message(urls, un
         i = 0
         while i < MESSAGES:
             if i == KILL_AT and reconnects == 0:
-                cluster("kill", "1")  # the first node of amqp_url: where the bridge's connection is
+                # the first node of amqp_url: where the bridge's connection is
+                cluster("kill", "1") if fault == "kill" else cluster("ctl", "1", "-q", "shutdown")
             try:
                 conn.receipt("SEND", {"destination": f"/amq/queue/{queue}", "persistent": "true"}, f"m-{i}",
                              receipt_id=f"r-{i}")
@@ -85,7 +87,7 @@ def test_kill_9_of_the_node_under_the_bridge_loses_no_receipted_message(urls, un
         stored = [int(body.removeprefix("m-")) for body in bodies if body.startswith("m-")]
         lost = receipted - set(stored)
         duplicates = len(stored) - len(set(stored))
-        print(f"\nkill -9 of node 1 after {KILL_AT}: {len(receipted)} receipted, {len(stored)} stored, "
+        print(f"\n{fault} of node 1 after {KILL_AT}: {len(receipted)} receipted, {len(stored)} stored, "
               f"lost {len(lost)}, duplicates {duplicates}, reconnects {reconnects}")
         assert not lost, f"receipted but not in the quorum queue: {sorted(lost)[:20]}"
     finally:
