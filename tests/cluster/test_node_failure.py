@@ -18,6 +18,10 @@ from testkit.bridge import BridgeThread
 from testkit.management import Management
 from tests.integration.rawstomp import ConnectionClosed, FrameTimeout, RawStomp
 
+# It starts and kills local RabbitMQ nodes: deselected with the other broker-steering tests
+# (-m 'not rabbitmqctl') when the tests run against a remote broker.
+pytestmark = pytest.mark.rabbitmqctl
+
 ROOT = Path(__file__).resolve().parents[2]
 MESSAGES = 400
 KILL_AT = 150
