@@ -20,6 +20,7 @@ apply per worker.
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import logging
 import multiprocessing
@@ -224,11 +225,16 @@ class Supervisor:
                     extra={"worker": worker.index, "exitcode": process.exitcode, "restarts": self.restarts})
         worker.process, worker.http_port = None, None
         task = asyncio.ensure_future(self._start(worker))
-        task.add_done_callback(self._restart_done)
+        task.add_done_callback(functools.partial(self._restart_done, worker))
 
-    def _restart_done(self, task: asyncio.Future) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            log.error("worker restart failed", extra={"error": str(task.exception())})
+    def _restart_done(self, worker: Worker, task: asyncio.Future) -> None:
+        """Logged once the new worker listens and its /metrics counts in the sum again."""
+        if task.cancelled():
+            return
+        if task.exception() is not None:
+            log.error("worker restart failed", extra={"worker": worker.index, "error": str(task.exception())})
+        else:
+            log.info("worker started again", extra={"worker": worker.index, "restarts": self.restarts})
 
     def _signal_all(self, sig: int) -> None:
         for worker in self.workers:
