@@ -48,14 +48,16 @@ SCRAPE_TIMEOUT = 5.0  # seconds the supervisor waits for one worker's /metrics o
 
 def run(settings: Settings) -> None:
     """Serve until SIGTERM or SIGINT: one bridge, or a supervisor of ``settings.workers``."""
-    runner: Callable[[Any], Any] = asyncio.run
+    _runner()(serve(settings) if settings.workers == 1 else Supervisor(settings).run())
+
+
+def _runner() -> Callable[[Any], Any]:
+    """uvloop's run where it is installed (the bridge's event loop), else asyncio's."""
     try:
         import uvloop
-
-        runner = uvloop.run
     except ImportError:
-        pass
-    runner(serve(settings) if settings.workers == 1 else Supervisor(settings).run())
+        return asyncio.run
+    return uvloop.run
 
 
 async def serve(settings: Settings, started: Callable[[BridgeServer], None] | None = None) -> None:
@@ -115,15 +117,8 @@ def _worker_main(settings: Settings, index: int, report: multiprocessing.connect
         report.send(server.ops.port if server.ops is not None else None)
         report.close()
 
-    runner: Callable[[Any], Any] = asyncio.run
     try:
-        import uvloop
-
-        runner = uvloop.run
-    except ImportError:
-        pass
-    try:
-        runner(serve(settings, started))
+        _runner()(serve(settings, started))
     except OSError as exc:  # the supervisor says it cannot start; this line says why
         log.error("worker cannot listen", extra={"worker": index, "error": exc.strerror or str(exc)})
         raise SystemExit(1) from None
