@@ -30,28 +30,37 @@ import time
 from collections.abc import Awaitable, Callable
 
 from bench.idle import run_idle
-from bench.procstat import Probe, start_bridge
+from bench.procstat import Probe, listener_pid, start_bridge
 from bench.scenarios import BenchError, scenario_consume, scenario_fanout, scenario_pingpong, scenario_send
+from testkit.brokers import local
 from testkit.management import Management
 from testkit.stomp import ClientError
 
-AB_SCENARIOS = ["send-persistent", "send", "consume", "fanout", "pingpong"]
+AB_SCENARIOS = ["send-persistent", "send", "consume", "fanout", "pingpong", "large"]
 ALL = [*AB_SCENARIOS, "idle"]
 
 
-def ab_table(args: argparse.Namespace, rabbit: Management) -> dict[str, tuple[str, Callable[[int], Awaitable[dict]]]]:
+Scenario = Callable[[int, Callable[[], None]], Awaitable[dict]]
+
+
+def ab_table(args: argparse.Namespace, rabbit: Management) -> dict[str, tuple[str, Scenario]]:
+    """Each scenario: its label, and a function of (port, mark)."""
     m = args.messages
+    mib = args.large_size / 2**20
     return {
         "send-persistent": ("persistent SEND, receipt each, 4 conns, window 100 (msg/s)",
-                            lambda p: scenario_send(p, rabbit, m, True)),
+                            lambda p, mark: scenario_send(p, rabbit, m, True, mark)),
         "send": ("non-persistent SEND, receipt each, 4 conns, window 100 (msg/s)",
-                 lambda p: scenario_send(p, rabbit, m, False)),
+                 lambda p, mark: scenario_send(p, rabbit, m, False, mark)),
         "consume": ("consume, client-individual, prefetch 500, 2 conns (msg/s)",
-                    lambda p: scenario_consume(p, rabbit, m)),
+                    lambda p, mark: scenario_consume(p, rabbit, m, mark)),
         "fanout": (f"topic fan-out 1 -> 10, {m // 10} msgs, receipt/100 (deliveries/s)",
-                   lambda p: scenario_fanout(p, rabbit, m // 10, 10)),
+                   lambda p, mark: scenario_fanout(p, rabbit, m // 10, 10, mark)),
         "pingpong": (f"ping-pong RTT over {args.pings} round trips (ms)",
-                     lambda p: scenario_pingpong(p, rabbit, args.pings)),
+                     lambda p, mark: scenario_pingpong(p, rabbit, args.pings, mark=mark)),
+        "large": (f"persistent SEND of {mib:g} MiB, receipt each, 2 conns, window 10 (msg/s)",
+                  lambda p, mark: scenario_send(p, rabbit, args.large_messages, True, mark,
+                                                size=args.large_size, conns=2, window=10)),
     }
 
 
@@ -75,15 +84,22 @@ def summarize(runs: list[dict]) -> dict:
         out["receipts_out_of_order"] = [r["receipts_out_of_order"] for r in runs]
     if runs[0].get("cpu_s") is not None:
         out["cpu_s_median"] = statistics.median(r["cpu_s"] for r in runs)
+        out["cpu_us_per_msg_median"] = statistics.median(r["cpu_s"] / r["messages"] * 1e6 for r in runs)
         out["peak_rss_mb_max"] = max(r["peak_rss_mb"] for r in runs)
+    if runs[0].get("broker_cpu_s") is not None:
+        out["broker_cpu_us_per_msg_median"] = statistics.median(r["broker_cpu_s"] / r["messages"] * 1e6
+                                                                for r in runs)
     return out
 
 
 def print_table(results: dict) -> None:
-    rows = [("scenario", "bridge", "native", "ratio", "CPU s", "RSS MB", "rcpt ooo b/n")]
+    rows = [("scenario", "bridge", "native", "ratio", "CPU s", "µs/msg", "rabbit µs b/n", "RSS MB", "rcpt ooo b/n")]
     for res in results.values():
         b, n = res["targets"]["bridge"], res["targets"]["native"]
         cpu = f"{b['cpu_s_median']:.2f}" if "cpu_s_median" in b else "-"
+        us = f"{b['cpu_us_per_msg_median']:.1f}" if "cpu_us_per_msg_median" in b else "-"
+        rabbit = (f"{b['broker_cpu_us_per_msg_median']:.0f}/{n['broker_cpu_us_per_msg_median']:.0f}"
+                  if "broker_cpu_us_per_msg_median" in b else "-")
         rss = f"{b['peak_rss_mb_max']:.0f}" if "peak_rss_mb_max" in b else "-"
         ooo = (f"{sum(b['receipts_out_of_order'])}/{sum(n['receipts_out_of_order'])}"
                if "receipts_out_of_order" in b else "")
@@ -91,15 +107,19 @@ def print_table(results: dict) -> None:
             for i, p in enumerate(("p50", "p90", "p99")):
                 bv, nv = b[f"{p}_ms_median"], n[f"{p}_ms_median"]
                 label = res["label"] if i == 0 else ""
-                rows.append((f"{label} {p}".strip() if i == 0 else f"  {p}", f"{bv:.3f}", f"{nv:.3f}",
-                             f"{bv / nv:.2f}", cpu if i == 0 else "", rss if i == 0 else "", ""))
+                first = i == 0
+                rows.append((f"{label} {p}".strip() if first else f"  {p}", f"{bv:.3f}", f"{nv:.3f}",
+                             f"{bv / nv:.2f}", cpu if first else "", us if first else "", rabbit if first else "",
+                             rss if first else "", ""))
         else:
             rows.append((res["label"], f"{b['median']:.0f}", f"{n['median']:.0f}",
-                         f"{b['median'] / n['median']:.2f}", cpu, rss, ooo))
+                         f"{b['median'] / n['median']:.2f}", cpu, us, rabbit, rss, ooo))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(c.ljust(widths[0]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(row)).rstrip())
-    print("CPU s: bridge process utime+stime per run (median); RSS MB: highest bridge VmHWM over the runs; "
+    print("CPU s: bridge process utime+stime per run (median); µs/msg: the same over the timed part, per "
+          "message (SEND, delivery, round trip); rabbit µs b/n: RabbitMQ's CPU per message behind the bridge / "
+          "with its own plugin; RSS MB: highest bridge VmHWM over the runs; "
           "rcpt ooo: receipts out of frame order, all runs, bridge/native")
 
 
@@ -141,6 +161,11 @@ def main() -> int:
     ap.add_argument("--messages", type=int, default=20000, help="per run (fan-out publishes messages / 10)")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--pings", type=int, default=2000, help="ping-pong round trips after 100 warm-up")
+    ap.add_argument("--large-messages", type=int, default=400, help="large: SENDs per run")
+    ap.add_argument("--large-size", type=int, default=2**20, help="large: body bytes (more than 4 MiB needs a raised "
+                    "max_frame_size on both: STOMP_BRIDGE_MAX_FRAME_SIZE, stomp.max_frame_size)")
+    ap.add_argument("--broker", choices=["4.3", "4.0", "system"],
+                    help="a local test broker (testkit.brokers): sets the bridge's amqp_url, --native-port and --api")
     ap.add_argument("--only", default=",".join(ALL), help=f"comma-separated subset of {','.join(ALL)}")
     ap.add_argument("--connections", type=int, default=1000, help="idle: STOMP connections to hold")
     ap.add_argument("--hold", type=float, default=30.0, help="idle: seconds to hold them")
@@ -156,6 +181,10 @@ def main() -> int:
     ap.add_argument("--no-start", action="store_true", help="a bridge already runs on --bridge-port (no CPU/RSS)")
     ap.add_argument("--api", default="http://127.0.0.1:15672/api", help="RabbitMQ management API (cleanup)")
     args = ap.parse_args()
+    if args.broker:
+        broker = local(args.broker)
+        os.environ["STOMP_BRIDGE_AMQP_URL"] = broker.amqp_url
+        args.native_port, args.api = broker.stomp_port, broker.api_url
     only = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = set(only) - set(ALL)
     if unknown:
@@ -174,6 +203,8 @@ def main() -> int:
     try:
         table = ab_table(args, rabbit)
         targets = {"bridge": (args.bridge_port, pid), "native": (args.native_port, None)}
+        broker_pid = listener_pid(args.native_port)  # RabbitMQ's beam, which runs the native plugin
+        report["broker_pid"] = broker_pid
         for name in [s for s in AB_SCENARIOS if s in only]:
             label, fn = table[name]
             print(f"{name}: {label}", flush=True)
@@ -182,13 +213,16 @@ def main() -> int:
                 for target, (port, tpid) in targets.items():  # interleaved A/B
                     if proc is not None and proc.poll() is not None:
                         raise BenchError(f"the bridge exited with {proc.returncode}")
-                    probe = Probe(tpid)
+                    probe = Probe(tpid, broker_pid)
                     probe.start()
-                    result = run_one(lambda: fn(port), args.timeout, f"{name} against {target} (run {i + 1})")
-                    result.update(probe.stop() or {})
+                    result = run_one(lambda: fn(port, probe.mark), args.timeout, f"{name} against {target} (run {i + 1})")
+                    result.update(probe.stop())
                     runs[target].append(result)
                     print(f"  run {i + 1} {target:6} {result['value']:12.3f}"
-                          + (f"  cpu {result['cpu_s']:.2f} s" if "cpu_s" in result else ""), flush=True)
+                          + (f"  cpu {result['cpu_s']:.2f} s ({result['cpu_s'] / result['messages'] * 1e6:.1f} µs/msg)"
+                             if "cpu_s" in result else "")
+                          + (f"  rabbit {result['broker_cpu_s'] / result['messages'] * 1e6:.1f} µs/msg"
+                             if "broker_cpu_s" in result else ""), flush=True)
             targets_out = {t: summarize(r) for t, r in runs.items()}
             report["scenarios"][name] = {
                 "label": label, "better": "lower" if name == "pingpong" else "higher",

@@ -61,25 +61,68 @@ def reset_peak(pid: int) -> bool:
         return False
 
 
-class Probe:
-    """CPU seconds and peak RSS of the bridge over one run; ``None`` pid: native (nothing to read)."""
+def listener_pid(port: int) -> int | None:
+    """The process listening on TCP ``port`` on this machine (RabbitMQ's beam for its AMQP or
+    STOMP port), found through /proc/net/tcp{,6} and the processes' socket descriptors; None
+    when it is not visible (another user's process, another network namespace)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                next(f)
+                for line in f:
+                    fields = line.split()
+                    if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                        inodes.add(f"socket:[{fields[9]}]")
+        except OSError:
+            continue
+    if not inodes:
+        return None
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
+                    return int(pid)
+        except OSError:
+            continue
+    return None
 
-    def __init__(self, pid: int | None) -> None:
+
+class Probe:
+    """CPU seconds and peak RSS of the bridge over one run, and RabbitMQ's CPU seconds beside
+    it (``broker_pid``: its beam process). ``pid`` None: the native plugin (no bridge to read).
+
+    A scenario calls :meth:`mark` where its timed part begins (after filling a queue, say), so
+    that the CPU per message counts only the messages the scenario divides by."""
+
+    def __init__(self, pid: int | None, broker_pid: int | None = None) -> None:
         self.pid = pid
+        self.broker_pid = broker_pid
         self.cpu0 = 0.0
+        self.broker_cpu0 = 0.0
         self.peak_reset = False
 
     def start(self) -> None:
         if self.pid is not None:
             self.peak_reset = reset_peak(self.pid)
-            self.cpu0 = cpu_seconds(self.pid)
+        self.mark()
 
-    def stop(self) -> dict[str, float] | None:
+    def mark(self) -> None:
+        if self.pid is not None:
+            self.cpu0 = cpu_seconds(self.pid)
+        if self.broker_pid is not None:
+            self.broker_cpu0 = cpu_seconds(self.broker_pid)
+
+    def stop(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        if self.broker_pid is not None:
+            out["broker_cpu_s"] = cpu_seconds(self.broker_pid) - self.broker_cpu0
         if self.pid is None:
-            return None
+            return out
         cpu = cpu_seconds(self.pid) - self.cpu0
         mem = memory_kb(self.pid)
         return {
+            **out,
             "cpu_s": cpu,
             "rss_mb": mem["VmRSS"] / 1024,
             # Without a reset, VmHWM is the peak since the bridge started.

@@ -1,7 +1,10 @@
 """The A/B scenarios: each runs once against one port and returns its measurements.
 
-A scenario returns a dict with ``value`` (the number compared bridge/native)
-and whatever it checked along the way (``receipts_out_of_order`` …). A wrong
+A scenario returns a dict with ``value`` (the number compared bridge/native),
+``messages`` (what the CPU per message is divided by: SENDs, deliveries, round trips)
+and whatever it checked along the way (``receipts_out_of_order`` …). It calls
+``mark()`` where its timed part begins, so set-up (declaring, filling a queue,
+subscribing) is not counted in the CPU per message. A wrong
 message count raises :class:`BenchError`, an ERROR frame ``testkit.stomp.ErrorFrame``.
 """
 
@@ -14,10 +17,17 @@ import time
 import urllib.error
 import uuid
 
+from collections.abc import Callable
+
 from testkit.management import Management
 from testkit.stomp import Frame, StompClient, serialize
 
 READ_TIMEOUT = 30.0  # no frame at all for this long: the scenario is stuck
+Mark = Callable[[], None]
+
+
+def _no_mark() -> None:
+    pass
 
 
 class BenchError(Exception):
@@ -98,26 +108,27 @@ async def declare_queue(port: int, dest: str) -> None:
     await setup.close()
 
 
-async def scenario_send(port: int, rabbit: Management, messages: int, persistent: bool) -> dict:
-    conns, window = 4, 100
+async def scenario_send(port: int, rabbit: Management, messages: int, persistent: bool, mark: Mark = _no_mark,
+                        size: int = 256, conns: int = 4, window: int = 100) -> dict:
     queue = unique()
     dest = f"/queue/{queue}"
     try:
         await declare_queue(port, dest)
         per = messages // conns
+        mark()
         start = time.perf_counter()
-        stats = await asyncio.gather(*(publish(port, dest, per, window, persistent, 256) for _ in range(conns)))
+        stats = await asyncio.gather(*(publish(port, dest, per, window, persistent, size) for _ in range(conns)))
         elapsed = time.perf_counter() - start
     finally:
         await asyncio.to_thread(delete_queue, rabbit, queue)
     receipts = sum(s["receipts"] for s in stats)
     if receipts != per * conns:
         raise BenchError(f"port {port}: {receipts} receipts for {per * conns} SENDs")
-    return {"value": per * conns / elapsed, "elapsed_s": elapsed,
+    return {"value": per * conns / elapsed, "elapsed_s": elapsed, "messages": per * conns,
             "receipts_out_of_order": sum(s["receipts_out_of_order"] for s in stats)}
 
 
-async def scenario_consume(port: int, rabbit: Management, messages: int) -> dict:
+async def scenario_consume(port: int, rabbit: Management, messages: int, mark: Mark = _no_mark) -> dict:
     queue = unique()
     dest = f"/queue/{queue}"
     received = 0
@@ -150,6 +161,7 @@ async def scenario_consume(port: int, rabbit: Management, messages: int) -> dict
 
     try:
         await publish(port, dest, messages, 500, False, 256)
+        mark()
         start = time.perf_counter()
         await asyncio.gather(consumer(), consumer())
         # Until the last message arrived, not until the idle consumer noticed (up to 0.5 s later).
@@ -158,10 +170,11 @@ async def scenario_consume(port: int, rabbit: Management, messages: int) -> dict
         await asyncio.to_thread(delete_queue, rabbit, queue)
     if received != messages:
         raise BenchError(f"port {port}: consumed {received} messages, {messages} were sent")
-    return {"value": messages / elapsed, "elapsed_s": elapsed}
+    return {"value": messages / elapsed, "elapsed_s": elapsed, "messages": messages}
 
 
-async def scenario_fanout(port: int, rabbit: Management, messages: int, subscribers: int = 10) -> dict:
+async def scenario_fanout(port: int, rabbit: Management, messages: int, subscribers: int = 10,
+                          mark: Mark = _no_mark) -> dict:
     """1 publisher → ``subscribers`` topic subscribers; deliveries/s counted at the subscribers."""
     key = unique("bench.fanout").replace("-", ".")
     dest = f"/topic/{key}"
@@ -186,6 +199,7 @@ async def scenario_fanout(port: int, rabbit: Management, messages: int, subscrib
         for i, client in enumerate(subs):
             await client.expect_receipt(f"sub{i}")
         receivers = [asyncio.ensure_future(receive(i, c)) for i, c in enumerate(subs)]
+        mark()
         start = time.perf_counter()
         try:
             stats = await publish(port, dest, messages, 10, False, 256, receipt_every=100)
@@ -198,7 +212,7 @@ async def scenario_fanout(port: int, rabbit: Management, messages: int, subscrib
     finally:
         await asyncio.gather(*(c.close() for c in subs))
         await rabbit.cleanup_topic(key)
-    return {"value": messages * subscribers / elapsed, "elapsed_s": elapsed,
+    return {"value": messages * subscribers / elapsed, "elapsed_s": elapsed, "messages": messages * subscribers,
             "receipts_out_of_order": stats["receipts_out_of_order"]}
 
 
@@ -209,7 +223,8 @@ def percentile(sorted_values: list[float], p: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (k - lo)
 
 
-async def scenario_pingpong(port: int, rabbit: Management, rounds: int, warmup: int = 100) -> dict:
+async def scenario_pingpong(port: int, rabbit: Management, rounds: int, warmup: int = 100,
+                            mark: Mark = _no_mark) -> dict:
     """One connection: SEND to its own queue, wait for the MESSAGE, repeat. Round trip in ms."""
     queue = unique()
     dest = f"/queue/{queue}"
@@ -219,6 +234,8 @@ async def scenario_pingpong(port: int, rabbit: Management, rounds: int, warmup: 
         client.send(Frame("SUBSCRIBE", {"destination": dest, "id": "0", "ack": "auto", "receipt": "sub"}))
         await client.expect_receipt("sub")
         for i in range(warmup + rounds):
+            if i == warmup:
+                mark()
             t0 = time.perf_counter()
             client.send(Frame("SEND", {"destination": dest}, seq_body(i, 64)))
             frame = await client.next(10, f"ping-pong MESSAGE {i}")
@@ -232,4 +249,4 @@ async def scenario_pingpong(port: int, rabbit: Management, rounds: int, warmup: 
         await asyncio.to_thread(delete_queue, rabbit, queue)
     rtts.sort()
     return {"value": percentile(rtts, 50), "p50_ms": percentile(rtts, 50), "p90_ms": percentile(rtts, 90),
-            "p99_ms": percentile(rtts, 99), "mean_ms": statistics.fmean(rtts), "max_ms": rtts[-1]}
+            "p99_ms": percentile(rtts, 99), "messages": rounds, "mean_ms": statistics.fmean(rtts), "max_ms": rtts[-1]}

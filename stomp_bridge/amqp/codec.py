@@ -68,26 +68,49 @@ def _str_key(key: str) -> bytes:
     return encoded
 
 
+_EMPTY_TABLE = b"\0\0\0\0"
+_OCTETS = [bytes((i,)) for i in range(256)]
+_HEADERS_FLAG = 1 << 13
+_HEADERS_AND_MODE_FLAGS = 1 << 13 | 1 << 12
+
+
 def field_table(table: dict[str, Any]) -> bytes:
     """Strings as longstr ('S') and integers as long ('l'); anything else via pamqp.
 
     Keys are sorted, as pamqp does, so the broker sees the same table either way.
     """
+    if not table:
+        return _EMPTY_TABLE
     parts = []
-    for key, value in sorted(table.items()):
+    append = parts.append
+    for key in sorted(table) if len(table) > 1 else table:
+        value = table[key]
         kind = type(value)
         if kind is str:
             data = value.encode("utf-8")
-            parts.append(_str_key(key) + _U32.pack(len(data)) + data)
+            encoded = _STR_KEYS.get(key)
+            append((encoded or _str_key(key)) + _U32.pack(len(data)))
+            append(data)
         elif kind is int:
-            parts.append(shortstr(key, "a header name") + b"l" + _LONG.pack(value))
+            append(shortstr(key, "a header name") + b"l" + _LONG.pack(value))
         else:
-            parts.append(shortstr(key, "a header name") + pamqp.encode.encode_table_value(value))
+            append(shortstr(key, "a header name") + pamqp.encode.encode_table_value(value))
     payload = b"".join(parts)
     return _U32.pack(len(payload)) + payload
 
 
 def encode_properties(props: dict[str, Any]) -> tuple[int, bytes]:
+    # A SEND's properties are nearly always the headers table alone, or it and delivery mode 2
+    # (persistent): those two shapes skip the walk over all fourteen properties.
+    size = len(props)
+    if size <= 2:
+        table = props.get("headers")
+        if table is not None:
+            if size == 1:
+                return _HEADERS_FLAG, field_table(table)
+            mode = props.get("delivery_mode")
+            if mode is not None:
+                return _HEADERS_AND_MODE_FLAGS, field_table(table) + _OCTETS[mode]
     flags = 0
     parts = []
     for name, bit, kind in _PROPERTIES:
@@ -205,11 +228,59 @@ def decode_confirm(payload: bytes) -> tuple[int, bool]:
     return delivery_tag, bool(bits & 1)
 
 
+_S, _L = ord("S"), ord("l")
+
+
+def decode_table(payload: bytes, offset: int) -> tuple[dict[str, Any], int]:
+    """A field table at ``offset``, and the offset after it: what pamqp's ``field_table``
+    gives, without a slice of the rest of the payload per entry. Long strings and longs (what
+    STOMP headers become) are read here; a table with anything else, or a malformed one, is
+    left to pamqp whole, which also raises its errors."""
+    try:
+        (length,) = _U32.unpack_from(payload, offset)
+        pos = offset + 4
+        end = pos + length
+        if end > len(payload):
+            raise ValueError("field table length exceeds the frame")
+        table: dict[str, Any] = {}
+        while pos < end:
+            key_end = pos + 1 + payload[pos]
+            key = payload[pos + 1 : key_end].decode("utf-8")
+            kind = payload[key_end]
+            if kind == _S:
+                (size,) = _U32.unpack_from(payload, key_end + 1)
+                pos = key_end + 5 + size
+                raw = payload[key_end + 5 : pos]
+                try:
+                    table[key] = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    table[key] = raw
+            elif kind == _L:
+                table[key] = _LONG.unpack_from(payload, key_end + 1)[0]
+                pos = key_end + 9
+            else:
+                break
+        else:
+            if pos == end:
+                return table, end
+    except (IndexError, struct.error, UnicodeDecodeError, ValueError):
+        pass
+    consumed, table = pamqp.decode.field_table(payload[offset:])
+    return table, offset + consumed
+
+
 def decode_content_header(payload: bytes) -> tuple[int, dict[str, Any]]:
     """Body size and the properties that are set, pamqp-named; timestamp as epoch seconds."""
     _, _, body_size, flags = _CONTENT.unpack_from(payload, 0)
     props: dict[str, Any] = {}
     if not flags:
+        return body_size, props
+    if flags == _HEADERS_FLAG:  # what a STOMP SEND becomes: the two common shapes first
+        props["headers"], _ = decode_table(payload, 14)
+        return body_size, props
+    if flags == _HEADERS_AND_MODE_FLAGS:
+        props["headers"], offset = decode_table(payload, 14)
+        props["delivery_mode"] = payload[offset]
         return body_size, props
     offset = 14
     for name, bit, kind in _PROPERTIES:
@@ -218,9 +289,7 @@ def decode_content_header(payload: bytes) -> tuple[int, dict[str, Any]]:
         if kind == "s":
             props[name], offset = _shortstr_at(payload, offset)
         elif kind == "t":
-            consumed, table = pamqp.decode.field_table(payload[offset:])
-            props[name] = table
-            offset += consumed
+            props[name], offset = decode_table(payload, offset)
         elif kind == "o":
             props[name] = payload[offset]
             offset += 1

@@ -59,6 +59,8 @@ _ESCAPE_12 = str.maketrans({"\\": "\\\\", "\n": "\\n", ":": "\\c", "\r": "\\r"})
 # For 1.1 this also finds \r, which 1.1 cannot escape, so the slow path can refuse it,
 # and NUL, which no version can carry, so the slow path can leave its header out.
 _SPECIAL = re.compile(r"[\\\n\r:\0]").search
+# What _SPECIAL finds but for colons and EOLs, which a joined header block has anyway.
+_RAW_SPECIAL = re.compile(r"[\\\r\0]").search
 # Without escaping (1.0, handshake frames) EOLs would end the header line early,
 # and a colon in a name would move the name/value split.
 _UNREPRESENTABLE_NAME = re.compile(r"[\n\r:\0]").search
@@ -147,12 +149,24 @@ def serialize(frame: Frame, version: str = "1.2", end: bytes = END) -> bytes:
 
     headers = frame.headers
     if CONTENT_LENGTH in headers:
-        headers = {k: v for k, v in headers.items() if k != CONTENT_LENGTH}
-    # Two scans over all names and all values spare a per-header check when,
-    # as usual, nothing needs escaping or leaving out.
-    if name_special("".join(headers)) or value_special("".join(headers.values())) or "" in headers:
-        headers = _carried(headers, table, version, name_special, value_special)
+        headers = dict(headers)
+        del headers[CONTENT_LENGTH]
     body = frame.body
-    head = "".join([f"{k}:{v}\n" for k, v in headers.items()])
+    # The usual case in one pass: join the header lines, then check that every colon and EOL
+    # in them is one the join put there and that nothing else needs escaping or leaving out.
+    size = len(headers)
+    head = "\n".join(map(":".join, headers.items()))
+    if (
+        head.count(":") != size
+        or head.count("\n") != size - 1
+        or _RAW_SPECIAL(head) is not None
+        or "" in headers
+    ) and (
+        name_special("".join(headers)) or value_special("".join(headers.values())) or "" in headers
+    ):
+        headers = _carried(headers, table, version, name_special, value_special)
+        head = "\n".join(map(":".join, headers.items()))
+    if head:
+        head += "\n"
     trailer = f"content-length:{len(body)}\n\n" if body else "\n"
     return b"".join((f"{command}\n{head}{trailer}".encode(), body, end))

@@ -83,6 +83,7 @@ _STR_PROPERTIES = (
     ("user-id", "user_id"),
     ("app-id", "app_id"),
 )
+_STR_PROPERTY = dict(_STR_PROPERTIES)
 
 
 def properties_from_send(headers: Mapping[str, str], reply_to: str | None = None) -> dict[str, Any]:
@@ -95,28 +96,37 @@ def properties_from_send(headers: Mapping[str, str], reply_to: str | None = None
     direct connection does not check this; pamqp would fail to encode it).
     ``headers`` is always present, possibly empty, each value a longstr.
     """
+    # One pass over the frame's few headers, not a lookup per property (this runs per SEND).
     props: dict[str, Any] = {}
-    for header, prop in _STR_PROPERTIES:
-        value = headers.get(header)
-        if value is not None:
+    table: dict[str, str] = {}
+    numeric = False  # persistent, priority or timestamp present
+    for name, value in headers.items():
+        if name not in NOT_USER_HEADERS:
+            table[name] = value
+            continue
+        prop = _STR_PROPERTY.get(name)
+        if prop is not None:
             props[prop] = value
+        elif name != "destination":
+            numeric = True
     if reply_to is not None:
         props["reply_to"] = reply_to
-    if parse_bool(headers.get("persistent")):
-        props["delivery_mode"] = 2
-    priority = headers.get("priority")
-    if priority is not None:
-        number = _integer("priority", priority)
-        if not 0 <= number <= 255:
-            raise processing_error(f"priority {priority!r} does not fit an octet")
-        props["priority"] = number
-    timestamp = headers.get("timestamp")
-    if timestamp is not None:
-        number = _integer("timestamp", timestamp)
-        if not 0 <= number < 1 << 64:
-            raise processing_error(f"timestamp {timestamp!r} does not fit 64 bits")
-        props["timestamp"] = number
-    props["headers"] = {k: v for k, v in headers.items() if k not in NOT_USER_HEADERS}
+    if numeric:
+        if parse_bool(headers.get("persistent")):
+            props["delivery_mode"] = 2
+        priority = headers.get("priority")
+        if priority is not None:
+            number = _integer("priority", priority)
+            if not 0 <= number <= 255:
+                raise processing_error(f"priority {priority!r} does not fit an octet")
+            props["priority"] = number
+        timestamp = headers.get("timestamp")
+        if timestamp is not None:
+            number = _integer("timestamp", timestamp)
+            if not 0 <= number < 1 << 64:
+                raise processing_error(f"timestamp {timestamp!r} does not fit 64 bits")
+            props["timestamp"] = number
+    props["headers"] = table
     return props
 
 
@@ -191,6 +201,15 @@ def message_headers(
                 out[name] = str(value)
             elif kind is bytes:  # a longstr pamqp could not decode as UTF-8
                 out[name] = value.decode("utf-8", "replace")
+    # Most deliveries carry the headers table and at most a delivery mode: no walk over all
+    # twelve properties for those.
+    size = len(properties)
+    if size <= 2 and (size == 0 or "headers" in properties):
+        mode = get("delivery_mode")
+        if mode is not None and "persistent" not in out:
+            out["persistent"] = "true" if mode == 2 else str(mode)
+        if size < 2 or mode is not None:
+            return out
     for prop, name in _MESSAGE_PROPERTIES:
         value = get(prop)
         if value is None or name in out:
