@@ -138,7 +138,7 @@ class FrameParser:
     def next_frame(self) -> Frame | None:
         if self._phase == _NOISE and not self._skip_noise():
             return None
-        if self._phase == _HEAD and not self._read_head():
+        if self._phase == _HEAD and (self._command or not self._whole_head()) and not self._read_head():
             return None
         return self._read_body()
 
@@ -176,8 +176,6 @@ class FrameParser:
         return False
 
     def _read_head(self) -> bool:
-        if not self._command and self._whole_head():
-            return True
         buf = self._buf
         limits = self.limits
         max_line = limits.max_header_length
@@ -330,6 +328,15 @@ class FrameParser:
         declared = self._headers.get(CONTENT_LENGTH)
         if declared is None:
             return
+        if declared.isdigit() and declared.isascii() and len(declared) < 10:  # the usual case
+            length = int(declared)
+            if start + length + 1 > self.limits.max_frame_size:
+                raise FrameTooLarge(
+                    "Frame too large",
+                    f"content-length {length} makes the frame exceed {self.limits.max_frame_size} bytes",
+                )
+            self._length = length
+            return
         match = _CONTENT_LENGTH.fullmatch(declared)
         if match is None:
             raise ProtocolError(
@@ -369,7 +376,12 @@ class FrameParser:
                 raise self._frame_too_large()
         frame = Frame(self._command, self._headers, bytes(buf[start:end]))
         del buf[: end + 1]
-        self._reset()
+        # _reset(), inlined: once per frame
+        self._phase = _NOISE
+        self._pos = self._scan = self._header_lines = self._body_start = 0
+        self._command = ""
+        self._unescape = self._length = None
+        self._headers = {}
         return frame
 
     def _frame_too_large(self) -> FrameTooLarge:
