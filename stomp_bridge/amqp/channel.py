@@ -48,7 +48,7 @@ from pamqp import commands as spec
 
 from stomp_bridge.amqp import internals
 from stomp_bridge.amqp.autoack import ARM_TIMER, AUTO_ACK_DELAY, HOLD, NOTHING, RELEASE, AutoAck
-from stomp_bridge.amqp.codec import encode_ack, encode_nack, encode_publish
+from stomp_bridge.amqp.codec import LARGE_BODY, encode_ack, encode_nack, publish_frames
 from stomp_bridge.amqp.delivery import Delivery
 from stomp_bridge.amqp.errors import broker_error
 from stomp_bridge.amqp.pool import AmqpPool, SharedConnection
@@ -84,7 +84,7 @@ class AmqpSession:
 
     __slots__ = (
         "pool", "shared", "connection", "channel", "broker_version_text", "broker_version", "dialect",
-        "publish_seq", "_batch", "_channel_number", "_frame_max", "on_delivery", "on_confirm",
+        "publish_seq", "_batch", "_vectored", "_channel_number", "_frame_max", "on_delivery", "on_confirm",
         "on_returned", "on_closed", "on_cancelled", "on_batch_end", "_hooks", "_closing", "_prefetch",
         "_auto", "_gate", "_gate_open", "_waiter", "_ack_timer", "_rpcs", "_lost", "_consuming",
         "_write_queue",
@@ -104,7 +104,8 @@ class AmqpSession:
         self.broker_version = version_tuple(self.broker_version_text)
         self.dialect = Dialect(self.broker_version)  # the plugin rules of this broker's version
         self.publish_seq = 0  # the broker numbers confirms from 1 on this channel
-        self._batch: list[bytes] = []
+        self._batch: list[bytes | memoryview] = []
+        self._vectored = False  # the batch holds a large body's views: written without a join
         self._channel_number = channel.number
         self._frame_max = connection.connection_tune.frame_max or 131072
         self.on_delivery: DeliveryHook | None = None
@@ -177,11 +178,11 @@ class AmqpSession:
         message no queue takes comes back through ``on_returned`` (with the bulk reader, which
         every bridge installs; aiormq's own reader would drop the return).
         """
-        self._batch.append(
-            encode_publish(
-                self._channel_number, exchange, routing_key, properties, body, self._frame_max, mandatory
-            )
+        publish_frames(
+            self._batch, self._channel_number, exchange, routing_key, properties, body, self._frame_max, mandatory
         )
+        if len(body) >= LARGE_BODY:
+            self._vectored = True
         self.publish_seq += 1
         return self.publish_seq
 
@@ -208,7 +209,8 @@ class AmqpSession:
         if self._dead():
             self._batch.clear()
             return
-        if self._write_now(self._batch):
+        vectored, self._vectored = self._vectored, False
+        if self._write_now(self._batch, vectored):
             self._batch.clear()
             return
         # A drain future makes aiormq's writer wait for the socket to drain after
@@ -219,7 +221,7 @@ class AmqpSession:
         self._batch.clear()
         await self._put(frame)
 
-    def _write_now(self, parts: list[bytes]) -> bool:
+    def _write_now(self, parts: list[bytes | memoryview], vectored: bool = False) -> bool:
         """Write to the socket at once if nothing waits before us and RabbitMQ keeps up.
 
         An empty write queue means aiormq's writer has written everything handed
@@ -235,7 +237,12 @@ class AmqpSession:
             or transport.is_closing()
         ):
             return False
-        transport.write(b"".join(parts) if len(parts) > 1 else parts[0])
+        if vectored:  # large bodies: the socket takes them from the client's buffers
+            transport.writelines(parts)
+        elif len(parts) > 1:
+            transport.write(b"".join(parts))
+        else:
+            transport.write(parts[0])
         return True
 
     def _dead(self) -> bool:

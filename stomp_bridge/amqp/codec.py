@@ -131,7 +131,13 @@ def encode_properties(props: dict[str, Any]) -> tuple[int, bytes]:
     return flags, b"".join(parts)
 
 
-def encode_publish(
+# A body this large is written from the client's own buffer (vectored writes), not copied
+# into one joined publish: the join is a full copy of every large message.
+LARGE_BODY = 64 * 1024
+
+
+def publish_frames(
+    out: list[bytes | memoryview],
     channel: int,
     exchange: str,
     routing_key: str,
@@ -139,9 +145,11 @@ def encode_publish(
     body: bytes,
     frame_max: int,
     mandatory: bool = False,
-) -> bytes:
-    """basic.publish + content header + body frames, ready for the socket. ``mandatory``:
-    RabbitMQ returns (basic.return) a message no queue takes instead of dropping it."""
+) -> None:
+    """Append basic.publish + content header + body frames to ``out``, ready for the socket:
+    one bytes for a small message, for a large one the frames' headers and views of ``body``
+    (no copy of it). ``mandatory``: RabbitMQ returns (basic.return) a message no queue takes
+    instead of dropping it."""
     key = (channel, exchange, routing_key, mandatory)
     method_frame = _PUBLISH_METHODS.get(key)
     if method_frame is None:
@@ -153,16 +161,39 @@ def encode_publish(
         _PUBLISH_METHODS[key] = method_frame
     flags, properties = encode_properties(props)
     header = _CONTENT_PREFIX.pack(60, 0, len(body), flags) + properties
-    out = [method_frame, _METHOD_HEADER.pack(2, channel, len(header)), header, FRAME_END]
-    if body:
-        step = frame_max - 8
-        if len(body) <= step:
-            out += (_METHOD_HEADER.pack(3, channel, len(body)), body, FRAME_END)
+    head = method_frame + _METHOD_HEADER.pack(2, channel, len(header)) + header + FRAME_END
+    size = len(body)
+    if not size:
+        out.append(head)
+        return
+    step = frame_max - 8
+    if size <= step:
+        if size < LARGE_BODY:
+            out.append(b"".join((head, _METHOD_HEADER.pack(3, channel, size), body, FRAME_END)))
         else:
-            view = memoryview(body)
-            for start in range(0, len(body), step):
-                chunk = view[start : start + step]
-                out += (_METHOD_HEADER.pack(3, channel, len(chunk)), chunk, FRAME_END)
+            out += (head + _METHOD_HEADER.pack(3, channel, size), body, FRAME_END)
+        return
+    view = memoryview(body)
+    for start in range(0, size, step):
+        chunk = view[start : start + step]
+        head += _METHOD_HEADER.pack(3, channel, len(chunk))
+        out += (head, chunk)
+        head = FRAME_END
+    out.append(FRAME_END)
+
+
+def encode_publish(
+    channel: int,
+    exchange: str,
+    routing_key: str,
+    props: dict[str, Any],
+    body: bytes,
+    frame_max: int,
+    mandatory: bool = False,
+) -> bytes:
+    """:func:`publish_frames` joined into one bytes."""
+    out: list[bytes | memoryview] = []
+    publish_frames(out, channel, exchange, routing_key, props, body, frame_max, mandatory)
     return b"".join(out)
 
 

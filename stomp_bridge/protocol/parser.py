@@ -374,7 +374,12 @@ class FrameParser:
                 return None
             if end >= self.limits.max_frame_size:
                 raise self._frame_too_large()
-        frame = Frame(self._command, self._headers, bytes(buf[start:end]))
+        if end - start < 4096:
+            body = bytes(buf[start:end])
+        else:  # one copy, not two (the bytearray slice, then bytes of it)
+            with memoryview(buf) as view:
+                body = view[start:end].tobytes()
+        frame = Frame(self._command, self._headers, body)
         del buf[: end + 1]
         # _reset(), inlined: once per frame
         self._phase = _NOISE

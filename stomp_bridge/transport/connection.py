@@ -14,10 +14,9 @@ broker (or a blocked connection) stops the socket reads.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import socket
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from stomp_bridge.amqp.pool import AmqpPool
@@ -91,32 +90,137 @@ class Link(Protocol):
     def writable(self) -> bool: ...  # below the high-water mark now (no waiting)
 
 
-class TcpLink:
-    """A STOMP client on a plain TCP (or TLS) stream."""
+class TcpLink(asyncio.Protocol):
+    """A STOMP client on a plain TCP (or TLS) socket, read through protocol callbacks.
 
-    __slots__ = ("read", "is_closing", "close", "pause_reading", "_transport", "_writer", "_high")
+    Each chunk the event loop receives is handed to the parser as it came: asyncio's
+    StreamReader copied every byte twice more (into its buffer, then out of it) and made a
+    future per read. Reading pauses once READ_SIZE bytes wait unread, which is the
+    backpressure towards a client whose frames the session is still handling.
+    ``on_connect`` runs when the socket is accepted (the listener starts the client's task).
+    """
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, high: int) -> None:
-        transport = writer.transport
-        transport.set_write_buffer_limits(high=high, low=high // 4)
-        self.read = functools.partial(reader.read, READ_SIZE)
-        self.is_closing = transport.is_closing
-        self.close = transport.close
-        self.pause_reading = transport.pause_reading
-        self._transport = transport
-        self._writer = writer
+    __slots__ = (
+        "transport", "task", "_on_connect", "_high", "_chunks", "_size", "_waiter", "_eof", "_error",
+        "_flow_paused", "_held", "_write_paused", "_drain_waiters",
+    )
+
+    def __init__(self, on_connect: Callable[[TcpLink], None], high: int) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.task: asyncio.Task[None] | None = None  # the client's task: held here, asyncio only keeps weak ones
+        self._on_connect = on_connect
         self._high = high
+        self._chunks: list[bytes] = []
+        self._size = 0
+        self._waiter: asyncio.Future[None] | None = None
+        self._eof = False
+        self._error: BaseException | None = None
+        self._flow_paused = False  # paused because READ_SIZE bytes wait unread
+        self._held = False  # paused for good (shutdown)
+        self._write_paused = False
+        self._drain_waiters: list[asyncio.Future[None]] = []
 
-    def writable(self) -> bool:
-        return self._transport.get_write_buffer_size() <= self._high
+    # -- asyncio.Protocol ------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not subclasses of asyncio.Transport, though they are one
+        self.transport = transport  # type: ignore[assignment]
+        transport.set_write_buffer_limits(high=self._high, low=self._high // 4)
+        self._on_connect(self)
+
+    def data_received(self, data: bytes) -> None:
+        self._chunks.append(data)
+        self._size += len(data)
+        if self._size >= READ_SIZE and not self._flow_paused:
+            self._flow_paused = True
+            self.transport.pause_reading()  # type: ignore[union-attr]
+        self._wake()
+
+    def eof_received(self) -> bool:
+        self._eof = True
+        self._wake()
+        return False  # close our side too: a half-closed client gets nothing more
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._eof = True
+        self._error = exc
+        self._wake()
+        waiters, self._drain_waiters = self._drain_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        waiters, self._drain_waiters = self._drain_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    # -- Link ----------------------------------------------------------------------------
+
+    async def read(self) -> bytes:
+        """Everything received since the last call (one chunk, as a rule); b"" at the end."""
+        if not self._chunks:
+            if self._eof:
+                return b""
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
+            await waiter
+            if not self._chunks:
+                return b""
+        chunks = self._chunks
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        chunks.clear()
+        self._size = 0
+        if self._flow_paused and not self._held:
+            self._flow_paused = False
+            transport = self.transport
+            if transport is not None and not transport.is_closing():
+                transport.resume_reading()
+        return data
 
     def send(self, frames: list[bytes]) -> int:
         data = frames[0] if len(frames) == 1 else b"".join(frames)
-        self._transport.write(data)
+        self.transport.write(data)  # type: ignore[union-attr]
         return len(data)
 
+    def is_closing(self) -> bool:
+        transport = self.transport
+        return transport is None or transport.is_closing()
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def pause_reading(self) -> None:
+        self._held = True
+        if not self._flow_paused and self.transport is not None and not self.transport.is_closing():
+            self._flow_paused = True
+            self.transport.pause_reading()
+
+    def writable(self) -> bool:
+        return self.transport is not None and self.transport.get_write_buffer_size() <= self._high
+
     async def drain(self) -> None:
-        await self._writer.drain()
+        if self.is_closing():
+            if self._error is not None:
+                raise ConnectionResetError("Connection lost")
+            return
+        if not self._write_paused:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._drain_waiters.append(waiter)
+        await waiter
 
 
 class WriteGate:

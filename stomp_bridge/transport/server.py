@@ -33,7 +33,7 @@ from stomp_bridge.swaptacular.profile import SwaptacularProfile
 from stomp_bridge.tls import PeerCertificate, ServerTLS, ServerTLSConfig, certificate_summary, peer_certificate
 from stomp_bridge.transport import websocket
 from stomp_bridge.transport.connection import (
-    READ_SIZE, SHUTDOWN, Connection, Link, TcpLink, set_nodelay,
+    SHUTDOWN, Connection, Link, TcpLink, set_nodelay,
 )
 
 log = logging.getLogger(__name__)
@@ -120,16 +120,15 @@ class BridgeServer:
         # workers > 1: every worker process listens on the same ports, the kernel spreads clients
         reuse_port = s.workers > 1
         if s.port is not None:
-            self._server = await asyncio.start_server(
-                self._handle, s.host, s.port, limit=READ_SIZE, reuse_port=reuse_port)
+            self._server = await asyncio.get_running_loop().create_server(
+                functools.partial(self._link, None), s.host, s.port, reuse_port=reuse_port)
             self._listeners.append(self._server)
         if s.tls_port is not None:
             assert self.tls is not None
-            self._tls_server = await asyncio.start_server(
-                functools.partial(self._handle, security=self.tls_security),
+            self._tls_server = await asyncio.get_running_loop().create_server(
+                functools.partial(self._link, self.tls_security),
                 s.host,
                 s.tls_port,
-                limit=READ_SIZE,
                 reuse_port=reuse_port,
                 ssl=self.tls.context,
                 ssl_handshake_timeout=s.connect_timeout,
@@ -239,25 +238,29 @@ class BridgeServer:
             await asyncio.sleep(interval)
             self.tls.reload_if_changed()
 
-    async def _handle(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        security: ConnectSecurity | None = None,
-    ) -> None:
-        set_nodelay(writer.get_extra_info("socket"))
-        link = TcpLink(reader, writer, self.settings.write_buffer_high)
-        peername = writer.get_extra_info("peername")
+    def _link(self, security: ConnectSecurity | None) -> TcpLink:
+        """The protocol of one accepted TCP (or TLS) client; its task starts once connected."""
+        def start(link: TcpLink) -> None:
+            link.task = asyncio.get_running_loop().create_task(self._handle(link, security))
+            link.task.add_done_callback(_log_failure)
+
+        return TcpLink(start, self.settings.write_buffer_high)
+
+    async def _handle(self, link: TcpLink, security: ConnectSecurity | None = None) -> None:
+        transport = link.transport
+        assert transport is not None
+        set_nodelay(transport.get_extra_info("socket"))
+        peername = transport.get_extra_info("peername")
         peer = (peername[0], peername[1]) if isinstance(peername, tuple) else None
         initial = b""
-        ssl_object = writer.get_extra_info("ssl_object")
+        ssl_object = transport.get_extra_info("ssl_object")
         if self.settings.proxy_protocol and ssl_object is None:
             if not self.proxy_trusted(peer):
                 untrusted = UntrustedProxy(peer[0] if peer is not None else None)
                 self._refuse(link, untrusted.message, untrusted.detail)
                 return
             try:
-                info, initial = await asyncio.wait_for(_read_proxy_header(reader), self.settings.connect_timeout)
+                info, initial = await asyncio.wait_for(_read_proxy_header(link), self.settings.connect_timeout)
             except (ProxyProtocolError, asyncio.TimeoutError, ConnectionError) as exc:
                 self.counters.connections_refused["proxy_protocol"] += 1
                 detail = exc.detail if isinstance(exc, ProxyProtocolError) else (
@@ -392,11 +395,17 @@ def _raise_fd_limit() -> None:
         pass
 
 
-async def _read_proxy_header(reader: asyncio.StreamReader) -> tuple[ProxyInfo, bytes]:
+def _log_failure(task: asyncio.Task[None]) -> None:
+    """A client's task ended by an exception its own handlers did not take (a bug)."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("unhandled exception in a client's task", exc_info=task.exception())
+
+
+async def _read_proxy_header(link: TcpLink) -> tuple[ProxyInfo, bytes]:
     """The PROXY protocol header a load balancer sends first, and the bytes after it."""
     parser = ProxyHeaderParser()
     while True:
-        data = await reader.read(4096)
+        data = await link.read()
         if not data:
             raise ConnectionError("closed before a PROXY protocol header")
         result = parser.feed(data)

@@ -2,6 +2,8 @@
 
 from datetime import datetime, timezone
 
+import pamqp.decode
+import pamqp.encode
 import pamqp.frame
 import pytest
 from hypothesis import given, settings
@@ -108,3 +110,85 @@ def test_a_mandatory_publish_sets_the_mandatory_bit():
     method = pamqp.frame.unmarshal(mandatory)[2]
     assert method.mandatory is True and method.exchange == "amq.direct" and method.routing_key == "k"
     assert pamqp.frame.unmarshal(plain)[2].mandatory is False  # and the cache keeps them apart
+
+
+# -- the hot path's shortcuts give what the general code gives ------------------------------
+
+_table_values = st.one_of(
+    st.text(max_size=40),
+    st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1),
+    st.booleans(),
+    st.binary(max_size=20).filter(lambda b: _not_utf8(b)),
+)
+
+
+def _not_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+@settings(max_examples=300)
+@given(st.dictionaries(st.text(min_size=1, max_size=20).filter(lambda k: len(k.encode()) < 256), _table_values,
+                       max_size=8), st.binary(max_size=4))
+def test_decode_table_reads_what_pamqp_reads(table, trailing):
+    """Long strings and longs are read by the bridge's own loop; anything else (a bool here)
+    sends the whole table to pamqp; a long string that is not UTF-8 stays bytes either way."""
+    from stomp_bridge.amqp.codec import decode_table, field_table
+
+    entries = []
+    for key, value in table.items():
+        name = bytes((len(key.encode()),)) + key.encode()
+        if isinstance(value, bytes):  # a longstr that is not UTF-8 (pamqp would write 'x')
+            entries.append(name + b"S" + len(value).to_bytes(4, "big") + value)
+        elif isinstance(value, bool):
+            entries.append(name + pamqp.encode.encode_table_value(value))
+        else:
+            entries.append(name + field_table({key: value})[4 + len(name):])
+    encoded = len(b"".join(entries)).to_bytes(4, "big") + b"".join(entries)
+    payload = b"\x01\x02" + encoded + trailing
+    consumed, expected = pamqp.decode.field_table(payload[2:])
+    assert decode_table(payload, 2) == (expected, 2 + consumed)
+
+
+def test_decode_table_leaves_a_truncated_table_to_pamqp_which_refuses_it():
+    from stomp_bridge.amqp.codec import decode_table, field_table
+
+    encoded = field_table({"a": "b" * 10})
+    with pytest.raises(ValueError):
+        decode_table(encoded[:-3], 0)
+
+
+@pytest.mark.parametrize("props", [
+    {"headers": {"receipt": "1"}},
+    {"headers": {"receipt": "1"}, "delivery_mode": 2},
+    {"headers": {}, "delivery_mode": 1},
+    {"delivery_mode": 2, "priority": 3},
+    {"headers": {"a": "b"}, "priority": 0},
+    {},
+])
+def test_content_header_round_trip_for_the_common_and_other_shapes(props):
+    from stomp_bridge.amqp.codec import _CONTENT_PREFIX, decode_content_header, encode_properties
+
+    flags, encoded = encode_properties(props)
+    size, decoded = decode_content_header(_CONTENT_PREFIX.pack(60, 0, 5, flags) + encoded)
+    assert size == 5
+    assert decoded == {k: v for k, v in props.items()}
+    assert list(decoded) == [k for k in ("headers", "delivery_mode", "priority") if k in props]
+
+
+def test_a_large_body_is_framed_as_views_of_the_clients_buffer_not_copied():
+    from stomp_bridge.amqp.codec import LARGE_BODY, publish_frames
+
+    body = bytes(range(256)) * (3 * LARGE_BODY // 256)
+    out: list = []
+    publish_frames(out, 1, "", "q", {"headers": {}}, body, 131072)
+    views = [part for part in out if isinstance(part, memoryview)]
+    assert views and all(view.obj is body for view in views)
+    assert sum(map(len, views)) == len(body)
+    assert b"".join(out) == reference(1, "", "q", {"headers": {}}, body, 131072)
+    small: list = []
+    publish_frames(small, 1, "", "q", {"headers": {}}, b"small", 131072)
+    assert len(small) == 1  # one bytes per small publish: a batch joins cheaply

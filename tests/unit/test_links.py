@@ -52,3 +52,102 @@ async def test_refusal_by_limit_goes_through_the_link():
     assert link.closed
     assert b"message:Too many connections" in link.sent[0]
     assert server.counters.connections_refused["per_ip"] == 1
+
+
+# -- TcpLink: the protocol-callback link under every TCP and TLS client ------------------------
+
+class FakeTransport:
+    """What TcpLink uses of a transport, recording reads paused and bytes written."""
+
+    def __init__(self) -> None:
+        self.paused = False
+        self.closing = False
+        self.written: list[bytes] = []
+        self.buffered = 0
+
+    def set_write_buffer_limits(self, high: int, low: int) -> None:
+        self.limits = (high, low)
+
+    def pause_reading(self) -> None:
+        self.paused = True
+
+    def resume_reading(self) -> None:
+        self.paused = False
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def close(self) -> None:
+        self.closing = True
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    def get_write_buffer_size(self) -> int:
+        return self.buffered
+
+
+def _tcp_link():
+    import asyncio
+
+    from stomp_bridge.transport.connection import TcpLink
+
+    started = []
+    link = TcpLink(started.append, high=1000)
+    transport = FakeTransport()
+    link.connection_made(transport)
+    assert started == [link] and transport.limits == (1000, 250)
+    return link, transport, asyncio
+
+
+async def test_tcp_link_hands_over_each_chunk_as_received_and_ends_with_empty_bytes():
+    link, transport, asyncio = _tcp_link()
+    link.data_received(b"CONNECT\n")
+    link.data_received(b"\n\0")
+    assert await link.read() == b"CONNECT\n\n\0"  # what arrived since the last read, joined
+    pending = asyncio.ensure_future(link.read())
+    await asyncio.sleep(0)
+    assert not pending.done()  # waits for bytes
+    link.data_received(b"SEND")
+    assert await pending == b"SEND"
+    link.eof_received()
+    assert await link.read() == b""
+
+
+async def test_tcp_link_pauses_reading_at_read_size_and_resumes_once_read():
+    from stomp_bridge.transport.connection import READ_SIZE
+
+    link, transport, _ = _tcp_link()
+    link.data_received(b"x" * (READ_SIZE - 1))
+    assert not transport.paused
+    link.data_received(b"x")
+    assert transport.paused  # the session is behind: the client waits
+    assert len(await link.read()) == READ_SIZE
+    assert not transport.paused
+
+
+async def test_tcp_link_paused_for_shutdown_stays_paused():
+    from stomp_bridge.transport.connection import READ_SIZE
+
+    link, transport, _ = _tcp_link()
+    link.data_received(b"x" * READ_SIZE)
+    link.pause_reading()
+    await link.read()
+    assert transport.paused
+
+
+async def test_tcp_link_drain_waits_while_writing_is_paused_and_not_after_the_end():
+    link, transport, asyncio = _tcp_link()
+    await link.drain()  # not paused: at once
+    link.pause_writing()
+    waiting = asyncio.ensure_future(link.drain())
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    link.resume_writing()
+    await waiting
+    link.pause_writing()
+    waiting = asyncio.ensure_future(link.drain())
+    await asyncio.sleep(0)
+    link.connection_lost(ConnectionResetError())
+    await waiting  # released by the end of the connection, never left hanging
+    assert link.send([b"a", b"b"]) == 2 and transport.written == [b"ab"]
