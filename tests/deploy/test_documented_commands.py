@@ -74,6 +74,10 @@ ALLOWED: list[tuple[str, str]] = [
     (r"rabbitmq-plugins enable rabbitmq_auth_mechanism_ssl",
      "changes a RabbitMQ node; the certificate-login tests enable EXTERNAL on the test broker and restore it"),
     (r"npm ci", "scripts/ensure-js runs it before the browser tests"),
+    (r"\.venv/bin/mkdocs build --strict",
+     "would write site/ into the checkout; tests/unit/test_docs_site.py runs the same build into a scratch directory"),
+    (r"\.venv/bin/python scripts/docs-tables\.py",
+     "rewrites docs/ in the checkout; tests/unit/test_docs_tables.py runs its check (the tables are what it writes)"),
     (r"python3 -m http\.server 8000",
      "serves the checkout until stopped; tests/e2e serves examples/web over HTTP the same way for Chromium"),
 ]
