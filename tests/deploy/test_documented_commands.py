@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 from stomp_bridge.cli import parse as parse_cli
 from testkit.ports import free_port
@@ -324,6 +325,29 @@ def test_documented_helm_install_renders(command):
     done = subprocess.run([helm_binary(), "template", *words[2:]], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, f"{command}\n(as helm template)\n{done.stdout}{done.stderr}"
+
+
+@pytest.mark.parametrize("values", [[], ["-f", str(ROOT / "helm/stomp-bridge/ci/websocket-ingress-values.yaml")]],
+                         ids=["defaults", "websocket-ingress"])
+def test_the_charts_notes_print_a_stomp_bridge_command_that_runs(values, scratch):
+    """NOTES.txt prints ``kubectl exec … -- stomp-bridge …``: its stomp-bridge part runs against
+    the settings file the chart renders (written where the pod mounts it, in the scratch dir)."""
+    args = ["demo", str(ROOT / "helm" / "stomp-bridge"), "--namespace", "messaging", *values]
+    notes = subprocess.run([helm_binary(), "install", *args, "--dry-run=client"], capture_output=True,
+                           text=True, timeout=120, check=True).stdout.split("NOTES:", 1)[1]
+    rendered = subprocess.run([helm_binary(), "template", *args], capture_output=True, text=True,
+                              timeout=120, check=True).stdout
+    config_map = next(d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "ConfigMap")
+    commands = re.findall(r" -- (stomp-bridge .*)$", notes, re.M)
+    assert commands, f"NOTES print no stomp-bridge command:\n{notes}"
+    for text in commands:
+        paths = re.findall(r"--config (\S+)", text)
+        for path in paths:
+            local = scratch / Path(path).name
+            local.write_text(config_map["data"][Path(path).name])
+            text = text.replace(path, str(local))
+        done = run_oneshot(Command("helm/stomp-bridge/templates/NOTES.txt", 0, text), scratch)
+        assert done.returncode == 0, f"{text}\nexit {done.returncode}\n{done.stdout}{done.stderr}"
 
 
 # -- the lists stay honest ------------------------------------------------------------------
