@@ -46,3 +46,29 @@ def test_readme_compatibility_table_is_the_compatibility_page():
     readme = _table_after((ROOT / "README.md").read_text(), "## Compatibility")
     page = _table_after((ROOT / "docs" / "compatibility.md").read_text(), "# Compatibility")
     assert readme == page, "README.md's compatibility table differs from docs/compatibility.md's"
+
+
+def _toml_blocks():
+    for page in sorted((ROOT / "docs").rglob("*.md")):
+        text = page.read_text()
+        for block in re.finditer(r"(?ms)^```toml([^\n]*)\n(.*?)^```", text):
+            line = text[: block.start()].count("\n") + 1
+            yield f"{page.relative_to(ROOT)}:{line}", block.group(2)
+
+
+def test_every_settings_file_in_the_docs_names_real_settings():
+    """A TOML block in the docs is a bridge settings file (unless its first line names another
+    file, as ``# credentials.toml: …`` does): each of its keys must be a setting."""
+    import tomllib
+
+    from stomp_bridge.settings import Settings
+
+    checked = 0
+    for where, body in _toml_blocks():
+        first = body.splitlines()[0] if body.strip() else ""
+        if re.match(r"#\s*[\w.-]+\.toml\b", first):
+            continue
+        unknown = set(tomllib.loads(body)) - set(Settings.model_fields)
+        assert not unknown, f"{where}: not settings: {sorted(unknown)}"
+        checked += 1
+    assert checked >= 5
