@@ -9,7 +9,7 @@ joins a shared AMQP connection is first checked by RabbitMQ on a connection of i
 existed). Each holds ``--held`` sessions of the user open (so logins join shared connections),
 then runs ``--logins`` CONNECT -> CONNECTED -> DISCONNECT cycles, ``--parallel`` at a time,
 and reports logins per second, the CONNECTED latency (p50/p99) and the bridge's CPU time per
-login. Run it by hand; numbers go into the README, never into assertions.
+login. Run it by hand; numbers go into docs/performance.md, never into assertions.
 """
 
 from __future__ import annotations

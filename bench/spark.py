@@ -8,7 +8,7 @@ SENDs, receipt each, window ``--window``) into a fresh stream queue, then a
 batch read of that whole stream (``count()`` over the rows). Timed around the
 Spark action, so each figure includes Spark's job scheduling (tens of ms) but
 not its start-up. Prints the median rows/s. Needs the ``[spark]`` extra and
-Java 17+. Run by hand: numbers go in the README, never into test assertions.
+Java 17+. Run by hand: numbers go in docs/performance.md, never into test assertions.
 """
 
 from __future__ import annotations

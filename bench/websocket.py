@@ -9,7 +9,7 @@ subscriber and the bridge), the bridge's CPU per message in and out (a publisher
 subscriber on one topic, both over WebSocket, both offering compression as browsers do), and
 the bridge's RSS per idle logged-in WebSocket client. The bodies are JSON with varying ids and
 timestamps, so the figures are neither a best case (identical bodies) nor a worst (random bytes).
-Run by hand: numbers go in notes and the README, never into test assertions.
+Run by hand: numbers go in notes and docs/websocket.md, never into test assertions.
 """
 
 from __future__ import annotations

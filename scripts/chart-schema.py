@@ -60,7 +60,7 @@ def config_schema() -> dict:
         props[name] = prop
     return {
         "type": "object",
-        "description": "Bridge settings by name (README, Configuration); rendered to a file "
+        "description": "Bridge settings by name (docs/configuration.md); rendered to a file "
         "passed with --config. Ports, TLS and WebSocket come from ports/tls/websocket; "
         "the RabbitMQ URL and default login from secret.",
         "additionalProperties": False,

@@ -27,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
         "file (--config); flags win over variables, variables over the file. "
         "`stomp-bridge config show` prints the effective configuration, secrets masked. "
         "Swaptacular: `stomp-bridge manifest write [-o stomp.toml]`, `stomp-bridge manifest validate "
-        "FILE`, `stomp-bridge forward` (see README). SIGHUP reloads the TLS certificate.",
+        "FILE`, `stomp-bridge forward` (see docs/swaptacular.md). SIGHUP reloads the TLS certificate.",
     )
     parser.add_argument(
         "--config", help="TOML or YAML settings file (also STOMP_BRIDGE_CONFIG)", default=None

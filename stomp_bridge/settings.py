@@ -288,7 +288,7 @@ class Settings(BaseSettings):
         description="A login (user, passcode, vhost) that RabbitMQ accepted this recently joins a "
         "shared AMQP connection without RabbitMQ checking it again; 0 (the default): every STOMP "
         "login is checked by RabbitMQ, so a revoked credential never logs in. The only window in "
-        "which one could (README, 'What the bridge caches').",
+        "which one could (docs/operations.md, 'What the bridge caches').",
     )
     auto_ack_window: int = Field(
         500,
@@ -549,7 +549,7 @@ def mask_url(url: str) -> str:
 
 
 def reference() -> str:
-    """The configuration reference table in the README, made from this model."""
+    """The configuration reference table (docs/configuration.md, `stomp-bridge config reference`), made from this model."""
     rows = [
         "| setting | environment variable | default | meaning |",
         "|---|---|---|---|",

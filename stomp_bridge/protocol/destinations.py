@@ -121,7 +121,7 @@ def parse_destination(value: str) -> Destination:
     the empty string parses to a queue named ``""`` that ``DestinationRules.send_target`` and
     ``subscribe_plan`` refuse as blank. ``/reply-queue/`` keeps the slashes
     of its name. Raises :class:`InvalidDestination` with the plugin's texts
-    (the plugin reports these and keeps the connection; the bridge closes it, see README).
+    (the plugin reports these and keeps the connection; the bridge closes it, see docs/migration/rabbitmq-plugin.md).
     """
     parts = value.split("/")
     if len(parts) == 1:

@@ -36,7 +36,7 @@ from stomp_bridge.spark.rows import RAW_COLUMNS, RAW_SCHEMA, body_bytes, json_pa
 
 
 class StompDataSource(DataSource):
-    """``spark.read/readStream/write/writeStream.format("stomp")``; options in the README."""
+    """``spark.read/readStream/write/writeStream.format("stomp")``; options in docs/spark.md."""
 
     @classmethod
     def name(cls) -> str:

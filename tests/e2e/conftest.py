@@ -82,7 +82,7 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 @pytest.fixture(scope="session")
 def web_root() -> Iterator[str]:
     """The repository served over HTTP on a free port, as `python3 -m http.server` would
-    (the README's way to open examples/web/): its base URL."""
+    (docs/websocket.md's way to open examples/web/): its base URL."""
     handler = functools.partial(_QuietHandler, directory=str(ROOT))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)

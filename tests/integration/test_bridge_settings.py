@@ -354,7 +354,7 @@ def test_nacked_publish_becomes_error_naming_its_receipt_and_without_receipt(
     frames = conn.read_until_closed()
     assert [f.command for f in frames] == ["ERROR"], [(f.command, f.headers) for f in frames]
     assert frames[0]["message"] == "Message rejected"
-    # README: "ERROR frames carry receipt-id when the failing frame had a receipt".
+    # docs/migration/rabbitmq-plugin.md: "ERROR frames carry receipt-id when the failing frame had a receipt".
     assert frames[0].get("receipt-id") == "r-2", frames[0].headers
     assert [m["payload"] for m in rabbit.get(name, count=10)] == ["first"]
 

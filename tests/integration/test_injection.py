@@ -11,7 +11,7 @@ bridge are safe there. NUL has no escape in any version: the plugin (3.10.8, 4.0
 writes it raw, and a client that reads a frame up to its NUL (stomp.py, PHP's stomp) ends the
 frame there and reads the rest as a frame whose headers the producer chose. The bridge leaves
 such a header out, and a header with an empty name, which the plugin writes as ``:value``
-(README, "Deliberate differences").
+(docs/migration/rabbitmq-plugin.md, "Deliberate differences").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The README's deployment and testing sections say what the files do."""
+"""The deployment and testing pages of the docs say what the files do."""
 
 from __future__ import annotations
 
@@ -9,17 +9,11 @@ import pytest
 from .support import ROOT, env_setting
 from .test_docker_files import IMAGE_PORTS
 
-README = (ROOT / "README.md").read_text()
-
-
-def section(title: str) -> str:
-    start = README.index(f"## {title}\n")
-    end = README.find("\n## ", start + 1)
-    return README[start:end]
+DOCS = ROOT / "docs"
 
 
 def test_port_table_is_the_images_ports():
-    rows = re.findall(r"^\| (\d+) \| `(\w+)` \|", section("Deployment"), re.M)
+    rows = re.findall(r"^\| (\d+) \| `(\w+)` \|", (DOCS / "deployment.md").read_text(), re.M)
     assert {int(port): name for port, name in rows} == IMAGE_PORTS
     for _, name in rows:
         env_setting("STOMP_BRIDGE_" + name.upper())
@@ -27,8 +21,9 @@ def test_port_table_is_the_images_ports():
 
 @pytest.mark.integration
 def test_in_process_example_runs(broker):
-    (example, *_) = re.findall(r"```python\n(.*?)```", section("Testing your application against the bridge"), re.S)
+    page = (DOCS / "testing-your-application.md").read_text()
+    (example, *_) = re.findall(r"```python\n(.*?)```", page, re.S)
     example = example.replace("amqp://guest:guest@localhost:5672/", broker.amqp_url)
     namespace: dict = {}
-    exec(compile(example, "README.md", "exec"), namespace)
+    exec(compile(example, "docs/testing-your-application.md", "exec"), namespace)
     namespace["test_orders_are_published"]()

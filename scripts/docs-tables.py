@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Write the generated tables of the documentation site, or check them (``--check``).
+
+- docs/configuration.md, between ``<!-- settings:begin -->`` and ``<!-- settings:end -->``:
+  every setting, from the settings model (``stomp_bridge.settings.reference()``, the same text
+  ``stomp-bridge config reference`` prints);
+- docs/helm-values.md, between ``<!-- values:begin -->`` and ``<!-- values:end -->``: every value
+  of the Helm chart, from helm/stomp-bridge/values.yaml (``scripts/chart-readme.py``'s table,
+  the same one the chart's README carries).
+
+tests/unit/test_docs_tables.py fails when a checked-in copy differs from what this writes.
+
+    .venv/bin/python scripts/docs-tables.py           # rewrite the tables
+    .venv/bin/python scripts/docs-tables.py --check   # exit 1 naming each stale table
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from stomp_bridge.settings import reference  # noqa: E402
+
+
+def _chart_readme():
+    spec = importlib.util.spec_from_file_location("chart_readme", ROOT / "scripts" / "chart-readme.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def tables() -> list[tuple[Path, str, str, str]]:
+    """(file, begin marker, end marker, generated text) for every generated table."""
+    chart = _chart_readme()
+    values = chart.table((chart.CHART / "values.yaml").read_text())
+    return [
+        (ROOT / "docs" / "configuration.md", "<!-- settings:begin -->\n", "<!-- settings:end -->", reference()),
+        (ROOT / "docs" / "helm-values.md", chart.BEGIN, chart.END, values),
+    ]
+
+
+def split(text: str, begin: str, end: str) -> tuple[str, str, str]:
+    start = text.index(begin) + len(begin)
+    stop = text.index(end, start)
+    return text[:start], text[start:stop], text[stop:]
+
+
+def stale() -> list[Path]:
+    """The files whose generated table differs from the model."""
+    out = []
+    for path, begin, end, generated in tables():
+        _, current, _ = split(path.read_text(), begin, end)
+        if current != generated:
+            out.append(path)
+    return out
+
+
+def main(argv: list[str]) -> int:
+    if argv == ["--check"]:
+        found = stale()
+        for path in found:
+            print(f"{path.relative_to(ROOT)}: generated table out of date: run "
+                  "`.venv/bin/python scripts/docs-tables.py`", file=sys.stderr)
+        return 1 if found else 0
+    for path, begin, end, generated in tables():
+        head, _, tail = split(path.read_text(), begin, end)
+        path.write_text(head + generated + tail)
+        print(f"wrote {path.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,74 @@
+"""The documentation's generated tables are the ones their sources generate: the configuration
+reference (docs/configuration.md) from the settings model, the Helm values (docs/helm-values.md)
+from the chart's values.yaml; and the README's compatibility table is the docs' one."""
+
+import importlib.util
+import re
+from pathlib import Path
+
+from stomp_bridge.settings import reference
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "docs-tables.py"
+
+
+def _docs_tables():
+    spec = importlib.util.spec_from_file_location("docs_tables", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_configuration_page_settings_table_matches_the_model():
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    start = text.index("<!-- settings:begin -->\n") + len("<!-- settings:begin -->\n")
+    end = text.index("<!-- settings:end -->")
+    assert text[start:end] == reference(), "run `.venv/bin/python scripts/docs-tables.py`"
+
+
+def test_every_generated_docs_table_is_up_to_date():
+    module = _docs_tables()
+    assert module.stale() == [], "run `.venv/bin/python scripts/docs-tables.py`"
+
+
+def test_the_settings_table_lives_in_the_docs_not_the_readme():
+    assert "<!-- settings:begin -->" not in (ROOT / "README.md").read_text()
+
+
+def _table_after(text: str, heading: str) -> str:
+    start = text.index(heading)
+    match = re.search(r"(?m)^\|.*\|\n(?:^\|.*\|\n)+", text[start:])
+    assert match, f"no table after {heading!r}"
+    return match.group(0)
+
+
+def test_readme_compatibility_table_is_the_compatibility_page():
+    readme = _table_after((ROOT / "README.md").read_text(), "## Compatibility")
+    page = _table_after((ROOT / "docs" / "compatibility.md").read_text(), "# Compatibility")
+    assert readme == page, "README.md's compatibility table differs from docs/compatibility.md's"
+
+
+def _toml_blocks():
+    for page in sorted((ROOT / "docs").rglob("*.md")):
+        text = page.read_text()
+        for block in re.finditer(r"(?ms)^```toml([^\n]*)\n(.*?)^```", text):
+            line = text[: block.start()].count("\n") + 1
+            yield f"{page.relative_to(ROOT)}:{line}", block.group(2)
+
+
+def test_every_settings_file_in_the_docs_names_real_settings():
+    """A TOML block in the docs is a bridge settings file (unless its first line names another
+    file, as ``# credentials.toml: …`` does): each of its keys must be a setting."""
+    import tomllib
+
+    from stomp_bridge.settings import Settings
+
+    checked = 0
+    for where, body in _toml_blocks():
+        first = body.splitlines()[0] if body.strip() else ""
+        if re.match(r"#\s*[\w.-]+\.toml\b", first):
+            continue
+        unknown = set(tomllib.loads(body)) - set(Settings.model_fields)
+        assert not unknown, f"{where}: not settings: {sorted(unknown)}"
+        checked += 1
+    assert checked >= 5
