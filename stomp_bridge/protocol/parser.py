@@ -42,6 +42,9 @@ _COMMAND_TEXT = re.compile(_COMMAND.pattern.decode())
 # The one-pass path looks this far for the end of a head; a longer head takes the line-by-line
 # path, so a buffer of CR LF frames is never searched to its end for each frame.
 WHOLE_HEAD_SCAN = 8192
+# A body of at least this many bytes (with a content-length) that is not all here yet is
+# collected chunk by chunk and joined once: one copy of it instead of two.
+COLLECT_BODY = 64 * 1024
 _CONTENT_LENGTH = re.compile(r"[ \t]*([0-9]+)[ \t]*")
 _ESCAPE = re.compile(r"\\(.?)", re.DOTALL)
 # STOMP 1.1: \n \c \\ ; STOMP 1.2 adds \r. Anything else is a fatal protocol error.
@@ -108,6 +111,10 @@ class FrameParser:
         self.limits = limits
         self.version = version
         self._buf = bytearray()
+        # A large body with a content-length is collected as the chunks that bring it and joined
+        # once (COLLECT_BODY), rather than appended to the buffer and copied out of it again.
+        self._parts: list[bytes] | None = None
+        self._collected = 0
         self._reset()
 
     @property
@@ -123,9 +130,15 @@ class FrameParser:
     @property
     def buffered(self) -> int:
         """How many received bytes are not yet part of a returned frame."""
+        if self._parts is not None:
+            return self._body_start + self._collected + len(self._buf)
         return len(self._buf)
 
     def feed(self, data: bytes) -> None:
+        if self._parts is not None:  # a large body: kept as received, joined once
+            self._parts.append(data)
+            self._collected += len(data)
+            return
         self._buf += data
 
     def frames(self, data: bytes) -> list[Frame]:
@@ -354,11 +367,18 @@ class FrameParser:
         self._length = int(digits)
 
     def _read_body(self) -> Frame | None:
+        if self._parts is not None:
+            return self._collected_body()
         buf = self._buf
         start = self._body_start
         if self._length is not None:
             end = start + self._length
             if len(buf) <= end:
+                if self._length >= COLLECT_BODY:
+                    # What is here of the body becomes the first part; the head is done with.
+                    self._parts = [bytes(buf[start:])]
+                    self._collected = len(buf) - start
+                    del buf[:]
                 return None
             if buf[end] != 0:
                 raise ProtocolError(
@@ -382,6 +402,31 @@ class FrameParser:
         frame = Frame(self._command, self._headers, body)
         del buf[: end + 1]
         # _reset(), inlined: once per frame
+        self._phase = _NOISE
+        self._pos = self._scan = self._header_lines = self._body_start = 0
+        self._command = ""
+        self._unescape = self._length = None
+        self._headers = {}
+        return frame
+
+    def _collected_body(self) -> Frame | None:
+        parts = self._parts
+        assert parts is not None and self._length is not None
+        length = self._length
+        if self._collected <= length:
+            return None  # the body, or its NUL, is still to come
+        last = parts.pop()
+        need = length - (self._collected - len(last))  # body bytes in the last chunk
+        if last[need] != 0:
+            raise ProtocolError(
+                "Missing frame terminator",
+                f"expected NUL after the {length} body bytes given by content-length",
+            )
+        parts.append(last[:need])
+        frame = Frame(self._command, self._headers, b"".join(parts))
+        self._buf += memoryview(last)[need + 1 :]
+        self._parts = None
+        self._collected = 0
         self._phase = _NOISE
         self._pos = self._scan = self._header_lines = self._body_start = 0
         self._command = ""

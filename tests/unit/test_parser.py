@@ -395,3 +395,60 @@ def test_fuzz_only_stomp_errors_escape(data, version):
                 assert isinstance(frame.command, str) and isinstance(frame.body, bytes)
         except StompError:
             pass
+
+
+# -- large bodies: collected as the chunks that bring them, joined once ----------------------
+
+_large_bodies = st.lists(
+    st.tuples(st.integers(0, 3 * 65536), st.booleans()),  # body size, a NUL in the body
+    min_size=1, max_size=3,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_large_bodies, st.data())
+def test_large_bodies_split_anywhere_parse_to_the_same_frames_and_bytes_held(sizes, data):
+    frames = [
+        Frame("SEND", {"destination": f"/queue/{i}"},
+              (bytes(range(256)) * (size // 256 + 1))[:size] if with_nul else b"y" * size)
+        for i, (size, with_nul) in enumerate(sizes)
+    ]
+    eol = data.draw(st.sampled_from([b"", b"\n"]))  # the next frame right after the NUL, or an EOL first
+    wire = eol.join(serialize(f) for f in frames) + eol
+    whole = parse(wire)
+    assert [(f.headers["destination"], f.body) for f in whole] == [(f.headers["destination"], f.body) for f in frames]
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(wire)), max_size=20)))
+    parser = FrameParser()
+    got, fed = [], 0
+    for a, b in zip([0, *cuts], [*cuts, len(wire)]):
+        got.extend(parser.frames(wire[a:b]))
+        fed += b - a
+        returned = sum(len(serialize(f)) + len(eol) for f in got)  # each frame and the EOL after it
+        # every byte fed is either in a returned frame or still held (the EOL noise is dropped)
+        assert parser.buffered <= fed - returned + len(eol)
+    assert got == whole
+
+
+def test_a_large_body_without_its_nul_is_refused_where_it_should_end():
+    body = b"z" * 100_000
+    wire = b"SEND\ndestination:/queue/a\ncontent-length:%d\n\n" % len(body) + body + b"X"
+    parser = FrameParser()
+    parser.feed(wire[:50_000])
+    assert parser.next_frame() is None
+    parser.feed(wire[50_000:])
+    with pytest.raises(ProtocolError, match="Missing frame terminator"):
+        parser.next_frame()
+
+
+def test_a_large_body_is_joined_once_not_copied_out_of_the_buffer():
+    """The chunks are kept as received: the parser's buffer never holds the body."""
+    body = b"q" * 300_000
+    wire = b"SEND\ndestination:/queue/a\ncontent-length:%d\n\n" % len(body) + body + b"\0"
+    parser = FrameParser()
+    for i in range(0, len(wire), 65536):
+        parser.feed(wire[i : i + 65536])
+        if i + 65536 < len(wire):
+            assert parser.next_frame() is None
+            assert len(parser._buf) == 0 and parser.buffered == i + 65536
+    assert parser.next_frame() == Frame("SEND", {"destination": "/queue/a", "content-length": str(len(body))}, body)
+    assert parser.buffered == 0
