@@ -1,0 +1,45 @@
+"""The bench runs end to end against the suite's broker: a fresh machine can measure.
+
+Its figures are never asserted (they belong in notes); what is checked is that every scenario
+the performance page quotes produces its columns: throughput both ways, the bridge's CPU per
+message and RabbitMQ's beside it (found by the port the native plugin listens on).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from testkit.ports import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.skipif(os.environ.get("STOMP_BRIDGE_TEST_TARGET") == "native", reason="runs both sides itself")
+def test_bench_measures_cpu_per_message_for_bridge_and_rabbitmq(broker, tmp_path):
+    if broker.local is None:
+        pytest.skip("RabbitMQ's CPU is read from /proc: a local broker only")
+    out = tmp_path / "bench.json"
+    env = dict(os.environ, STOMP_BRIDGE_AMQP_URL=broker.amqp_url)
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--runs", "1", "--messages", "4000", "--only", "send,large",
+         "--large-messages", "4", "--native-port", str(broker.native_port), "--api", broker.api_url,
+         "--bridge-port", str(free_port()), "--json", str(out)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert report["broker_pid"], "RabbitMQ's process was not found by its STOMP port"
+    for name in ("send", "large"):
+        bridge = report["scenarios"][name]["targets"]["bridge"]
+        native = report["scenarios"][name]["targets"]["native"]
+        assert bridge["median"] > 0 and native["median"] > 0
+        assert bridge["cpu_us_per_msg_median"] >= 0  # the kernel counts CPU in 10 ms ticks
+        assert bridge["broker_cpu_us_per_msg_median"] >= 0 and "broker_cpu_us_per_msg_median" in native
+    assert report["scenarios"]["send"]["targets"]["bridge"]["cpu_us_per_msg_median"] > 0  # 4,000 SENDs: ticks
+    assert "µs/msg" in done.stdout
