@@ -48,6 +48,7 @@ from pamqp import commands as spec
 
 from stomp_bridge.amqp import internals
 from stomp_bridge.amqp.autoack import ARM_TIMER, AUTO_ACK_DELAY, HOLD, NOTHING, RELEASE, AutoAck
+from stomp_bridge.amqp.lean import GetResult, LeanChannel
 from stomp_bridge.amqp.codec import LARGE_BODY, encode_ack, encode_nack, publish_frames
 from stomp_bridge.amqp.delivery import Delivery
 from stomp_bridge.amqp.errors import broker_error
@@ -91,7 +92,7 @@ class AmqpSession:
     )
 
     def __init__(
-        self, pool: AmqpPool, shared: SharedConnection, channel: aiormq.Channel, bulk: bool = True
+        self, pool: AmqpPool, shared: SharedConnection, channel: aiormq.Channel | LeanChannel, bulk: bool = True
     ) -> None:
         self.pool = pool
         self.shared = shared
@@ -130,11 +131,16 @@ class AmqpSession:
         # The lean paths: see the module docstring. With the bulk reader the
         # frames never reach aiormq's channel; the overrides are the fallback.
         self._hooks: ChannelHooks | None = None
-        if bulk:
-            self._hooks = ChannelHooks(self._deliver, self._confirm, self._batch_end, self._returned)
-            shared.hooks.channels[channel.number] = self._hooks
+        if isinstance(channel, LeanChannel):  # every frame of its number comes through its hooks
+            hooks = self._hooks = channel.hooks
+            hooks.on_delivery, hooks.on_confirm = self._deliver, self._confirm
+            hooks.on_batch_end, hooks.on_return = self._batch_end, self._returned
+        else:
+            if bulk:
+                self._hooks = ChannelHooks(self._deliver, self._confirm, self._batch_end, self._returned)
+                shared.hooks.channels[channel.number] = self._hooks
+            internals.override_channel(channel, self._on_deliver_frame, self._on_confirm_frame)
         shared.sessions[channel.number] = self
-        internals.override_channel(channel, self._on_deliver_frame, self._on_confirm_frame)
         channel.on_consumer_cancel_callbacks.add(self._on_cancel)
         channel.closing.add_done_callback(self._on_channel_closing)
 
@@ -155,17 +161,21 @@ class AmqpSession:
         authenticated with these exact credentials, or on a new one (``pool``: the bridge's,
         see ``connect.make_pool``); ``timeout`` bounds the channel's opening."""
         shared = await pool.acquire(login, passcode, vhost, client_name, context=context, external=external)
+        bulk = internals.bulk_reader()
         try:
             number = shared.free_number()
-            channel = await asyncio.wait_for(
-                shared.connection.channel(channel_number=number, publisher_confirms=True), timeout
-            )
+            if bulk:  # the bridge's own lean channel (lean.py), on the bulk reader's direct path
+                opening: Awaitable[aiormq.Channel | LeanChannel] = LeanChannel.open(
+                    shared.connection, number, shared.hooks, shared.hooks.channels, shared.sessions)
+            else:
+                opening = shared.connection.channel(channel_number=number, publisher_confirms=True)
+            channel = await asyncio.wait_for(opening, timeout)
         except BaseException as exc:
             await pool.release(shared)
             if isinstance(exc, (amqp_exc.AMQPError, ConnectionError, RuntimeError, asyncio.TimeoutError)):
                 raise broker_error(exc) from exc
             raise
-        return cls(pool, shared, channel, internals.bulk_reader())
+        return cls(pool, shared, channel, bulk)
 
     # -- the lean per-message paths -------------------------------------------------
 
@@ -400,6 +410,8 @@ class AmqpSession:
         """The channel or the whole connection closed: the session ends with the reason. While
         an RPC waits, the reason reaches the session through that RPC instead, where the
         command that caused it is known (the plugin words some refusals differently)."""
+        if isinstance(self.channel, LeanChannel):  # what waits on the channel fails with the reason
+            self.channel.connection_lost(exc)
         if self._closing or self.on_closed is None:
             return
         self._closing = True
@@ -533,12 +545,15 @@ class AmqpSession:
         self._check_exclusive(queue)
         self._auto.individual = True  # a multiple ack of our own would take the browsed messages
         message = await self._rpc(self.channel.basic_get, queue, no_ack=False)
-        frame = message.delivery
-        if not isinstance(frame, spec.Basic.GetOk):
+        if isinstance(message, GetResult):  # the lean channel: properties already decoded
+            frame, properties = message.delivery, message.properties
+        elif isinstance(message, spec.Basic.GetEmpty) or not isinstance(message.delivery, spec.Basic.GetOk):
             return None
+        else:  # aiormq's channel
+            frame, properties = message.delivery, properties_dict(message.header.properties)
         return Delivery(
             "", frame.delivery_tag or 0, bool(frame.redelivered), frame.exchange or "",
-            frame.routing_key or "", properties_dict(message.header.properties), message.body,
+            frame.routing_key or "", properties, message.body,
         )
 
     @contextlib.asynccontextmanager

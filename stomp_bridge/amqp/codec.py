@@ -15,6 +15,7 @@ from typing import Any
 
 import pamqp.decode
 import pamqp.encode
+import pamqp.frame
 
 FRAME_END = b"\xce"
 _METHOD_HEADER = struct.Struct(">BHI")  # type, channel, size
@@ -251,6 +252,13 @@ def decode_return(payload: bytes) -> tuple[int, str, str, str]:
     exchange, offset = _shortstr_at(payload, offset)
     routing_key, _ = _shortstr_at(payload, offset)
     return reply_code, reply_text, exchange, routing_key
+
+
+def decode_method(payload: bytes) -> Any:
+    """Any method frame's payload as pamqp's command object (RPC replies, channel.close, get-ok:
+    not the per-message path)."""
+    _, _, frame = pamqp.frame.unmarshal(FRAME_HEADER.pack(1, 0, len(payload)) + payload + FRAME_END)
+    return frame
 
 
 def decode_confirm(payload: bytes) -> tuple[int, bool]:

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiormq
+import aiormq.channel
 import aiormq.connection as aiormq_connection
 import aiormq.exceptions as amqp_exc
 import pamqp.encode
@@ -142,6 +143,12 @@ def client_properties(client_name: str) -> dict[str, Any]:
 
 
 # -- a channel's frames (the fallback when the bulk reader is not installed) ------------------
+
+def channel_error(frame: spec.Channel.Close) -> Exception:
+    """The exception aiormq raises for RabbitMQ's channel.close (ChannelNotFoundEntity for 404
+    …): the lean channel raises the same, so errors read the same whichever channel a session has."""
+    return aiormq.channel.exception_by_code(frame)
+
 
 def override_channel(
     channel: aiormq.Channel,

@@ -42,6 +42,7 @@ from stomp_bridge.amqp.codec import (
     decode_confirm,
     decode_content_header,
     decode_deliver,
+    decode_method,
     decode_return,
 )
 
@@ -51,6 +52,8 @@ READ_SIZE = 256 * 1024
 FRAME_END = 0xCE
 _ALIVE = (0, 0, Heartbeat())  # what aiormq gets in place of frames the direct path took
 CHANNEL_CLOSE = (20, 40)
+BASIC_GET_OK = (60, 71)
+DELIVERED, RETURNED, GOT = 0, 1, 2  # what a pending message is
 
 DeliveryHook = Callable[[Delivery], None]
 _new_tuple = tuple.__new__  # a Delivery without NamedTuple.__new__'s keyword handling
@@ -62,7 +65,10 @@ ReturnHook = Callable[[int, str, str, str], None]
 class ChannelHooks:
     """Where the direct path delivers for one channel (one STOMP session)."""
 
-    __slots__ = ("on_delivery", "on_confirm", "on_return", "on_batch_end", "pending", "touched", "closed")
+    __slots__ = (
+        "on_delivery", "on_confirm", "on_return", "on_batch_end", "on_method", "on_get", "pending", "touched",
+        "closed",
+    )
 
     def __init__(
         self, on_delivery: DeliveryHook | None = None, on_confirm: ConfirmHook | None = None,
@@ -76,8 +82,12 @@ class ChannelHooks:
         # After each socket read that brought this channel frames: lets the
         # session send its frames now, not one event-loop pass later.
         self.on_batch_end = on_batch_end
-        # A delivery (or a returned message) being assembled: [deliver or return args,
-        # properties, bytes still due, body parts, is a return]
+        # A lean channel (lean.py) takes every other method frame of its number (RPC replies,
+        # channel.close, basic.cancel) and basic.get's message; None: they go to aiormq.
+        self.on_method: Callable[[bytes], None] | None = None
+        self.on_get: Callable[[Any, dict[str, Any], bytes], None] | None = None
+        # A delivery (or a returned or got message) being assembled: [deliver, return or
+        # get-ok args, properties, bytes still due, body parts, DELIVERED / RETURNED / GOT]
         self.pending: list[Any] | None = None
         self.touched = False
         # Set the moment RabbitMQ's channel.close arrives, before aiormq answers
@@ -176,10 +186,10 @@ class BulkFrameReceiver(internals.FrameReceiver):
         if frame_type == 1:
             method = CLASS_METHOD.unpack_from(payload)
             if method == BASIC_DELIVER:
-                target.pending = [decode_deliver(payload), None, 0, [], False]
+                target.pending = [decode_deliver(payload), None, 0, [], DELIVERED]
                 return True
             if method == BASIC_RETURN and target.on_return is not None:
-                target.pending = [decode_return(payload), None, 0, [], True]
+                target.pending = [decode_return(payload), None, 0, [], RETURNED]
                 return True
             if method == BASIC_ACK or method == BASIC_NACK:
                 tag, multiple = decode_confirm(payload)
@@ -188,7 +198,13 @@ class BulkFrameReceiver(internals.FrameReceiver):
                 return True
             if method == CHANNEL_CLOSE:
                 target.closed = True
-            return False
+            if target.on_method is None:
+                return False
+            if method == BASIC_GET_OK:
+                target.pending = [decode_method(payload), None, 0, [], GOT]
+                return True
+            self._call(target.on_method, payload)
+            return True
         if pending is None:
             return False
         if frame_type == 2:
@@ -206,11 +222,15 @@ class BulkFrameReceiver(internals.FrameReceiver):
 
     def _deliver(self, target: ChannelHooks, pending: list[Any]) -> None:
         target.pending = None
-        if pending[4]:  # a returned message: only where it was going matters
+        kind = pending[4]
+        if kind == RETURNED:  # a returned message: only where it was going matters
             self._call(target.on_return, *pending[0])
             return
         parts = pending[3]
         body = parts[0] if len(parts) == 1 else b"".join(parts)
+        if kind == GOT:
+            self._call(target.on_get, pending[0], pending[1], body)
+            return
         hook = target.on_delivery
         if hook is not None:
             try:  # _call's guard, inlined: one call less per delivery pays for the Delivery

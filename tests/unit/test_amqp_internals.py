@@ -215,3 +215,12 @@ def test_install_leaves_aiormq_alone_for_a_receiver_that_is_not_its_subclass() -
     before = aiormq.connection.FrameReceiver
     internals.install(Unrelated)
     assert aiormq.connection.FrameReceiver is before
+
+
+def test_channel_error_is_the_exception_aiormq_raises_for_a_channel_close() -> None:
+    from pamqp import commands as spec
+
+    assert hasattr(aiormq.channel, "exception_by_code"), _why("aiormq.channel.exception_by_code is gone")
+    error = internals.channel_error(spec.Channel.Close(reply_code=404, reply_text="NOT_FOUND - no queue 'q'"))
+    assert isinstance(error, aiormq.exceptions.ChannelNotFoundEntity), _why("exception_by_code maps 404 otherwise")
+    assert "NOT_FOUND - no queue 'q'" in repr(error.args)
