@@ -183,21 +183,6 @@ def publish_frames(
     out.append(FRAME_END)
 
 
-def encode_publish(
-    channel: int,
-    exchange: str,
-    routing_key: str,
-    props: dict[str, Any],
-    body: bytes,
-    frame_max: int,
-    mandatory: bool = False,
-) -> bytes:
-    """:func:`publish_frames` joined into one bytes."""
-    out: list[bytes | memoryview] = []
-    publish_frames(out, channel, exchange, routing_key, props, body, frame_max, mandatory)
-    return b"".join(out)
-
-
 _ACK = struct.Struct(">BHIHHQB")  # frame type, channel, size, class, method, delivery tag, bits
 
 

@@ -427,11 +427,7 @@ class FrameParser:
         self._buf += memoryview(last)[need + 1 :]
         self._parts = None
         self._collected = 0
-        self._phase = _NOISE
-        self._pos = self._scan = self._header_lines = self._body_start = 0
-        self._command = ""
-        self._unescape = self._length = None
-        self._headers = {}
+        self._reset()
         return frame
 
     def _frame_too_large(self) -> FrameTooLarge:

@@ -12,12 +12,19 @@ from pamqp import commands as spec
 from pamqp.body import ContentBody
 from pamqp.header import ContentHeader
 
-from stomp_bridge.amqp.codec import encode_ack, encode_nack, encode_publish
+from stomp_bridge.amqp.codec import encode_ack, encode_nack, publish_frames
 from stomp_bridge.amqp.connect import install
 
 install()  # the references below are pamqp's encoding as a running bridge has it (integers as longs)
 
 FRAME_MAX = 4096
+
+
+def encode_publish(*args, **kwargs) -> bytes:
+    """One publish as the socket gets it: publish_frames' parts, joined."""
+    out: list = []
+    publish_frames(out, *args, **kwargs)
+    return b"".join(out)
 
 
 def reference(channel, exchange, routing_key, props, body, frame_max=FRAME_MAX):
