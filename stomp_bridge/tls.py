@@ -19,52 +19,65 @@ RabbitMQ's ``rabbit_cert_info:subject/1`` does (the user name of RabbitMQ's
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from cryptography import x509
-from cryptography.x509.oid import NameOID
+# cryptography is imported where a certificate is read, not here: its x509 module costs about
+# 9 MB of RSS, which a bridge without TLS listeners or certificate login never needs.
+if TYPE_CHECKING:
+    from cryptography import x509
 
 log = logging.getLogger(__name__)
 
 TLS_VERSIONS = {"1.2": ssl.TLSVersion.TLSv1_2, "1.3": ssl.TLSVersion.TLSv1_3}
 
-# rabbit_cert_info:format_rdn/1: the short names RabbitMQ uses; others are dotted OIDs.
-_RABBIT_NAMES = {
-    NameOID.SURNAME.dotted_string: "SN",
-    NameOID.GIVEN_NAME.dotted_string: "GIVENNAME",
-    "2.5.4.43": "INITIALS",
-    NameOID.GENERATION_QUALIFIER.dotted_string: "GENERATIONQUALIFIER",
-    NameOID.COMMON_NAME.dotted_string: "CN",
-    NameOID.LOCALITY_NAME.dotted_string: "L",
-    NameOID.STATE_OR_PROVINCE_NAME.dotted_string: "ST",
-    NameOID.ORGANIZATION_NAME.dotted_string: "O",
-    NameOID.ORGANIZATIONAL_UNIT_NAME.dotted_string: "OU",
-    NameOID.TITLE.dotted_string: "TITLE",
-    NameOID.COUNTRY_NAME.dotted_string: "C",
-    NameOID.SERIAL_NUMBER.dotted_string: "SERIALNUMBER",
-    NameOID.PSEUDONYM.dotted_string: "PSEUDONYM",
-    NameOID.DOMAIN_COMPONENT.dotted_string: "DC",
-    NameOID.EMAIL_ADDRESS.dotted_string: "EMAILADDRESS",
-    NameOID.STREET_ADDRESS.dotted_string: "STREET",
-    NameOID.USER_ID.dotted_string: "UID",
-}
+@functools.cache
+def _rabbit_names() -> dict[str, str]:
+    """rabbit_cert_info:format_rdn/1: the short names RabbitMQ uses; others are dotted OIDs."""
+    from cryptography.x509.oid import NameOID
 
-# Attribute names accepted where a setting names one (swpt_peer_id_from).
-ATTRIBUTES = {
-    "serialNumber": NameOID.SERIAL_NUMBER,
-    "commonName": NameOID.COMMON_NAME,
-    "CN": NameOID.COMMON_NAME,
-    "organizationName": NameOID.ORGANIZATION_NAME,
-    "O": NameOID.ORGANIZATION_NAME,
-    "organizationalUnitName": NameOID.ORGANIZATIONAL_UNIT_NAME,
-    "OU": NameOID.ORGANIZATIONAL_UNIT_NAME,
-    "UID": NameOID.USER_ID,
-}
+    return {
+        NameOID.SURNAME.dotted_string: "SN",
+        NameOID.GIVEN_NAME.dotted_string: "GIVENNAME",
+        "2.5.4.43": "INITIALS",
+        NameOID.GENERATION_QUALIFIER.dotted_string: "GENERATIONQUALIFIER",
+        NameOID.COMMON_NAME.dotted_string: "CN",
+        NameOID.LOCALITY_NAME.dotted_string: "L",
+        NameOID.STATE_OR_PROVINCE_NAME.dotted_string: "ST",
+        NameOID.ORGANIZATION_NAME.dotted_string: "O",
+        NameOID.ORGANIZATIONAL_UNIT_NAME.dotted_string: "OU",
+        NameOID.TITLE.dotted_string: "TITLE",
+        NameOID.COUNTRY_NAME.dotted_string: "C",
+        NameOID.SERIAL_NUMBER.dotted_string: "SERIALNUMBER",
+        NameOID.PSEUDONYM.dotted_string: "PSEUDONYM",
+        NameOID.DOMAIN_COMPONENT.dotted_string: "DC",
+        NameOID.EMAIL_ADDRESS.dotted_string: "EMAILADDRESS",
+        NameOID.STREET_ADDRESS.dotted_string: "STREET",
+        NameOID.USER_ID.dotted_string: "UID",
+    }
+
+
+@functools.cache
+def _attributes() -> dict[str, x509.ObjectIdentifier]:
+    """Attribute names accepted where a setting names one (swpt_peer_id_from)."""
+    from cryptography.x509.oid import NameOID
+
+    return {
+        "serialNumber": NameOID.SERIAL_NUMBER,
+        "commonName": NameOID.COMMON_NAME,
+        "CN": NameOID.COMMON_NAME,
+        "organizationName": NameOID.ORGANIZATION_NAME,
+        "O": NameOID.ORGANIZATION_NAME,
+        "organizationalUnitName": NameOID.ORGANIZATIONAL_UNIT_NAME,
+        "OU": NameOID.ORGANIZATIONAL_UNIT_NAME,
+        "UID": NameOID.USER_ID,
+    }
 
 
 def _escape_rdn_value(value: str) -> str:
@@ -94,7 +107,7 @@ def rabbit_dn(name: x509.Name) -> str:
         items = []
         for attr in rdn:
             oid = attr.oid.dotted_string
-            label = _RABBIT_NAMES.get(oid, oid)
+            label = _rabbit_names().get(oid, oid)
             value = attr.value if isinstance(attr.value, str) else attr.value.hex()
             items.append(f"{label}={_escape_rdn_value(value)}")
         parts.append("+".join(items))
@@ -103,6 +116,8 @@ def rabbit_dn(name: x509.Name) -> str:
 
 def common_name(name: x509.Name) -> str | None:
     """RabbitMQ's common_name mode: every CN in subject order, joined with ','."""
+    from cryptography.x509.oid import NameOID
+
     values = [str(a.value) for a in name.get_attributes_for_oid(NameOID.COMMON_NAME)]
     return ",".join(values) if values else None
 
@@ -116,6 +131,8 @@ class PeerCertificate:
 
     @classmethod
     def from_der(cls, der: bytes) -> PeerCertificate:
+        from cryptography import x509
+
         return cls(der, x509.load_der_x509_certificate(der).subject)
 
     @property
@@ -130,7 +147,9 @@ class PeerCertificate:
 
     def attribute(self, name: str) -> str | None:
         """The first subject attribute called ``name`` (e.g. serialNumber), or None."""
-        oid = ATTRIBUTES.get(name) or x509.ObjectIdentifier(name)
+        from cryptography import x509
+
+        oid = _attributes().get(name) or x509.ObjectIdentifier(name)
         found = self.subject.get_attributes_for_oid(oid)
         return str(found[0].value) if found else None
 
@@ -263,6 +282,8 @@ class ServerTLS:
 
 def certificate_summary(cert_file: str) -> dict[str, str]:
     """Subject and expiry of the first certificate in a PEM file, for the logs."""
+    from cryptography import x509
+
     try:
         cert = x509.load_pem_x509_certificate(Path(cert_file).read_bytes())
     except (OSError, ValueError):

@@ -191,3 +191,15 @@ def _ssl_error(cls, reason):
 def test_failed_handshakes_get_one_of_a_fixed_set_of_labels(exc, label):
     assert handshake_failure(exc) == label
     assert label in HANDSHAKE_FAILURES
+
+
+def test_importing_the_bridge_does_not_load_cryptography():
+    """Its x509 module costs about 9 MB of RSS: loaded where a certificate is read, not before."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys, stomp_bridge.cli; print('cryptography.x509' in sys.modules)"],
+        capture_output=True, text=True, check=True,
+    )
+    assert done.stdout.strip() == "False"
