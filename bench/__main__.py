@@ -74,6 +74,14 @@ def run_one(fn: Callable[[], Awaitable[dict]], timeout: float, what: str) -> dic
     return asyncio.run(bounded())
 
 
+def _cores_busy(result: dict) -> float:
+    """Bridge, RabbitMQ and client CPU seconds over the run's seconds: near the machine's core
+    count, the cores (not the bridge's design) limited the run."""
+    seconds = result.get("elapsed_s") or 0
+    used = result.get("cpu_s", 0) + result.get("broker_cpu_s", 0) + result.get("client_cpu_s", 0)
+    return used / seconds if seconds else 0.0
+
+
 def summarize(runs: list[dict]) -> dict:
     out: dict = {"runs": runs, "values": [r["value"] for r in runs],
                  "median": statistics.median(r["value"] for r in runs)}
@@ -86,6 +94,7 @@ def summarize(runs: list[dict]) -> dict:
         out["cpu_s_median"] = statistics.median(r["cpu_s"] for r in runs)
         out["cpu_us_per_msg_median"] = statistics.median(r["cpu_s"] / r["messages"] * 1e6 for r in runs)
         out["peak_rss_mb_max"] = max(r["peak_rss_mb"] for r in runs)
+    out["cores_busy_median"] = statistics.median(_cores_busy(r) for r in runs)
     if runs[0].get("broker_cpu_s") is not None:
         out["broker_cpu_us_per_msg_median"] = statistics.median(r["broker_cpu_s"] / r["messages"] * 1e6
                                                                 for r in runs)
@@ -93,13 +102,15 @@ def summarize(runs: list[dict]) -> dict:
 
 
 def print_table(results: dict) -> None:
-    rows = [("scenario", "bridge", "native", "ratio", "CPU s", "µs/msg", "rabbit µs b/n", "RSS MB", "rcpt ooo b/n")]
+    rows = [("scenario", "bridge", "native", "ratio", "CPU s", "µs/msg", "rabbit µs b/n", "cores b/n", "RSS MB",
+             "rcpt ooo b/n")]
     for res in results.values():
         b, n = res["targets"]["bridge"], res["targets"]["native"]
         cpu = f"{b['cpu_s_median']:.2f}" if "cpu_s_median" in b else "-"
         us = f"{b['cpu_us_per_msg_median']:.1f}" if "cpu_us_per_msg_median" in b else "-"
         rabbit = (f"{b['broker_cpu_us_per_msg_median']:.0f}/{n['broker_cpu_us_per_msg_median']:.0f}"
                   if "broker_cpu_us_per_msg_median" in b else "-")
+        cores = f"{b['cores_busy_median']:.2f}/{n['cores_busy_median']:.2f}"
         rss = f"{b['peak_rss_mb_max']:.0f}" if "peak_rss_mb_max" in b else "-"
         ooo = (f"{sum(b['receipts_out_of_order'])}/{sum(n['receipts_out_of_order'])}"
                if "receipts_out_of_order" in b else "")
@@ -110,16 +121,17 @@ def print_table(results: dict) -> None:
                 first = i == 0
                 rows.append((f"{label} {p}".strip() if first else f"  {p}", f"{bv:.3f}", f"{nv:.3f}",
                              f"{bv / nv:.2f}", cpu if first else "", us if first else "", rabbit if first else "",
-                             rss if first else "", ""))
+                             cores if first else "", rss if first else "", ""))
         else:
             rows.append((res["label"], f"{b['median']:.0f}", f"{n['median']:.0f}",
-                         f"{b['median'] / n['median']:.2f}", cpu, us, rabbit, rss, ooo))
+                         f"{b['median'] / n['median']:.2f}", cpu, us, rabbit, cores, rss, ooo))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(c.ljust(widths[0]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(row)).rstrip())
     print("CPU s: bridge process utime+stime per run (median); µs/msg: the same over the timed part, per "
           "message (SEND, delivery, round trip); rabbit µs b/n: RabbitMQ's CPU per message behind the bridge / "
-          "with its own plugin; RSS MB: highest bridge VmHWM over the runs; "
+          "with its own plugin; cores b/n: bridge, RabbitMQ and client CPU over the run's time (near the "
+          "machine's core count, the cores limited the run); RSS MB: highest bridge VmHWM over the runs; "
           "rcpt ooo: receipts out of frame order, all runs, bridge/native")
 
 
@@ -222,7 +234,8 @@ def main() -> int:
                           + (f"  cpu {result['cpu_s']:.2f} s ({result['cpu_s'] / result['messages'] * 1e6:.1f} µs/msg)"
                              if "cpu_s" in result else "")
                           + (f"  rabbit {result['broker_cpu_s'] / result['messages'] * 1e6:.1f} µs/msg"
-                             if "broker_cpu_s" in result else ""), flush=True)
+                             if "broker_cpu_s" in result else "")
+                          + f"  cores busy {_cores_busy(result):.2f}", flush=True)
             targets_out = {t: summarize(r) for t, r in runs.items()}
             report["scenarios"][name] = {
                 "label": label, "better": "lower" if name == "pingpong" else "higher",

@@ -249,4 +249,4 @@ async def scenario_pingpong(port: int, rabbit: Management, rounds: int, warmup: 
         await asyncio.to_thread(delete_queue, rabbit, queue)
     rtts.sort()
     return {"value": percentile(rtts, 50), "p50_ms": percentile(rtts, 50), "p90_ms": percentile(rtts, 90),
-            "p99_ms": percentile(rtts, 99), "messages": rounds, "mean_ms": statistics.fmean(rtts), "max_ms": rtts[-1]}
+            "p99_ms": percentile(rtts, 99), "messages": rounds, "elapsed_s": sum(rtts) / 1000, "mean_ms": statistics.fmean(rtts), "max_ms": rtts[-1]}
