@@ -1,0 +1,78 @@
+"""A memory alarm on the cluster while a client publishes persistent, receipted SENDs.
+
+Node 2 raises its memory alarm (every node then blocks publishing connections); the bridge's
+AMQP connections are on nodes 1 and 2, one per session. The publisher writes 16 MB of SENDs
+without waiting: no RECEIPT may come while the alarm is on, the bridge stops reading the
+publisher's socket (it reads at most a chunk or so after RabbitMQ blocked the connection, where
+it used to read about 6.6 MB and hold 2.5 MB of it in its AMQP write buffers), a consumer on
+another queue keeps receiving and acknowledging; once the alarm clears every SEND gets its
+RECEIPT and every message is in its queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from testkit.bridge import BridgeThread
+from testkit.cluster import ResendingPublisher, ResubscribingConsumer, connect_until, disconnect
+from testkit.stomp import Stalled
+
+pytestmark = pytest.mark.rabbitmqctl
+
+WAITING = 100  # messages in the consumer's queue before the alarm
+SENDS = 1000
+SIZE = 16384
+READ_BOUND = 1536 * 1024  # what the bridge may read from the publisher once RabbitMQ blocks it
+
+
+async def test_memory_alarm_holds_publishers_back_and_consumers_keep_going(cluster, unique):
+    blocked, other = f"alarm-pub-{unique}", f"alarm-con-{unique}"
+    for queue in (blocked, other):
+        cluster.api(1).declare_queue(queue, arguments={"x-queue-type": "quorum"})
+    bridge = BridgeThread(cluster.urls())
+    bridge.start()
+    counters = bridge.server.counters
+    alarm_on = False
+    try:
+        await ResendingPublisher(bridge.port, f"/amq/queue/{other}", prefix="w").publish(WAITING)
+        publisher = await connect_until(bridge.port)
+
+        cluster.set_memory_alarm(2)
+        alarm_on = True
+        await asyncio.to_thread(cluster.wait, "the alarm known on node 1", lambda: bool(cluster.alarms(1)))
+        read_before = counters.bytes_in
+        for i in range(SENDS):
+            publisher.send("SEND", {"destination": f"/amq/queue/{blocked}", "persistent": "true",
+                                    "receipt": f"r-{i}"}, f"r-{i}|".encode().ljust(SIZE, b"p"))
+        consumer = ResubscribingConsumer(bridge.port, f"/amq/queue/{other}", prefetch=10, max_reconnects=0)
+        await consumer.run(lambda: len(consumer.received) == WAITING, timeout=30)  # keeps going
+        with pytest.raises(Stalled):  # still no RECEIPT: the publisher is held back
+            frame = await publisher.next(0.5, "no RECEIPT during the alarm")
+            pytest.fail(f"{frame.command} {frame.headers} during the alarm")
+        read = counters.bytes_in - read_before
+        unsent = publisher.writer.transport.get_write_buffer_size()
+        print(f"\nmemory alarm: the bridge read {read / 1e6:.2f} MB of {SENDS * SIZE / 1e6:.1f} MB sent "
+              f"({unsent / 1e6:.1f} MB still in the client); the consumer got {len(consumer.received)} of "
+              f"{WAITING} during the alarm, {consumer.duplicates} twice")
+        assert read < READ_BOUND, f"the bridge read {read} bytes from a publisher RabbitMQ blocks"
+
+        cluster.clear_memory_alarm(2)
+        alarm_on = False
+        for i in range(SENDS):  # every SEND gets its RECEIPT, in order
+            await publisher.expect_receipt(f"r-{i}", 30)
+        await disconnect(publisher)
+        reader = ResubscribingConsumer(bridge.port, f"/amq/queue/{blocked}", prefetch=100)
+        want = {f"r-{i}" for i in range(SENDS)}
+        await reader.run(lambda: len(reader.received) >= SENDS, timeout=60)
+        stored = {body.split("|", 1)[0] for body in reader.received}
+        print(f"after the alarm: {SENDS} receipted, {len(stored)} stored, lost {len(want - stored)}, "
+              f"duplicates {reader.duplicates}")
+        assert stored == want
+    finally:
+        if alarm_on:
+            cluster.clear_memory_alarm(2)
+        bridge.stop()
+        for queue in (blocked, other):
+            cluster.api(1).delete_queue(queue)
