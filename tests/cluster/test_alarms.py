@@ -76,3 +76,38 @@ async def test_memory_alarm_holds_publishers_back_and_consumers_keep_going(clust
         bridge.stop()
         for queue in (blocked, other):
             cluster.api(1).delete_queue(queue)
+
+
+async def test_publisher_held_by_an_alarm_longer_than_its_heartbeat_stays_connected(cluster, unique):
+    """The client heart-beats every second (the bridge drops it after 2 s of silence); the alarm
+    lasts 3.5 s, during which the bridge does not read it: that silence is the bridge's own,
+    and the client must still be connected, and get its RECEIPTs, when the alarm clears."""
+    queue = f"alarm-hb-{unique}"
+    cluster.api(1).declare_queue(queue, arguments={"x-queue-type": "quorum"})
+    bridge = BridgeThread(cluster.urls())
+    bridge.start()
+    alarm_on = False
+    try:
+        publisher = await connect_until(bridge.port, heartbeat="1000,0")
+        cluster.set_memory_alarm(2)
+        alarm_on = True
+        await asyncio.to_thread(cluster.wait, "the alarm known on node 1", lambda: bool(cluster.alarms(1)))
+        for i in range(200):
+            publisher.send("SEND", {"destination": f"/amq/queue/{queue}", "persistent": "true",
+                                    "receipt": f"r-{i}"}, f"r-{i}|".encode().ljust(SIZE, b"p"))
+        for _ in range(7):  # the client's heart-beats, every 0.5 s, queued behind its SENDs
+            publisher.send_raw(b"\n")
+            with pytest.raises(Stalled):
+                frame = await publisher.next(0.5, "nothing during the alarm")
+                pytest.fail(f"{frame.command} {frame.headers} during the alarm")
+        cluster.clear_memory_alarm(2)
+        alarm_on = False
+        for i in range(200):
+            await publisher.expect_receipt(f"r-{i}", 30)
+        await disconnect(publisher)
+        assert bridge.server.counters.heartbeat_timeouts == 0
+    finally:
+        if alarm_on:
+            cluster.clear_memory_alarm(2)
+        bridge.stop()
+        cluster.api(1).delete_queue(queue)
