@@ -17,6 +17,7 @@ STOMP clients that live through its node failures, for ``tests/cluster`` and ``r
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import time
 from collections import Counter
@@ -154,6 +155,13 @@ class Cluster:
                 raise
         return self.wait(f"node {n} not quorum-critical", safe, timeout)
 
+    def queue_messages(self, queue: str, via: int) -> int:
+        """Messages in ``queue``, ready and unacknowledged (held by a consumer, or by one on a
+        node that vanished until consumer-disconnected-timeout), as the queue itself counts
+        them now (``rabbitmqctl list_queues``; the management API's figures lag by seconds)."""
+        rows = json.loads(self.ctl(via, "-q", "list_queues", "name", "messages", "--formatter", "json"))
+        return sum(int(row["messages"]) for row in rows if row["name"] == queue)
+
     def alarms(self, via: int) -> list[str]:
         """The resource alarms node ``via`` knows of, cluster-wide (the health check's list)."""
         try:
@@ -205,7 +213,7 @@ class Tally:
 
     def lost_connection(self, exc: BaseException) -> None:
         self.reconnects += 1
-        self.errors.append(f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+        self.errors.append(f"{time.strftime('%H:%M:%S')} {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
 
 
 class ResendingPublisher:
@@ -278,8 +286,8 @@ class ResubscribingConsumer:
     it subscribes from ``x-stream-offset: offset=<last seen + 1>`` after the first time.
 
     ``received`` counts each body (above 1: delivered again); ``offsets`` is every stream
-    offset seen, in order. ``on_message(consumer, frame)`` runs after each ACK (a test injects
-    its fault there). ``run`` returns once ``done()`` is true."""
+    offset seen, in order. ``on_message(consumer, frame)`` runs before each ACK (a test injects
+    its fault there, while the consumer holds that message unacknowledged). ``run`` returns once ``done()`` is true."""
 
     def __init__(self, port: int, destination: str, ack: str = "client-individual", prefetch: int = 20,
                  headers: dict[str, str] | None = None, stream_from: str | None = None,
@@ -346,7 +354,7 @@ class ResubscribingConsumer:
             offset = frame.headers.get("x-stream-offset")
             if offset is not None:
                 self.offsets.append(int(offset))
-            if self.ack != "auto":
-                self.client.send("ACK", {"id": frame.headers["ack"]})
             if self.on_message is not None:
                 await self.on_message(self, frame)
+            if self.ack != "auto":
+                self.client.send("ACK", {"id": frame.headers["ack"]})
