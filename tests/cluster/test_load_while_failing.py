@@ -1,0 +1,38 @@
+"""Load while failing: a few hundred STOMP connections of mixed traffic (consumers, resending
+publishers, idle connections) through two bridges while node 1 is killed (``kill -9``) and
+started again; nothing receipted is lost, and once the clients have gone the bridges hold no
+more file descriptors or asyncio tasks than before. The long version (thousands of connections,
+several faults): ``python -m reliability --only cluster --long``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from testkit.bridge import BridgeThread
+from testkit.scenarios import load_while_failing, thread_resources
+
+pytestmark = pytest.mark.rabbitmqctl
+
+
+async def test_load_through_two_bridges_while_node_1_dies_loses_nothing_and_leaks_nothing(cluster, unique):
+    queues = [f"ha-load-{unique}-{i}" for i in range(3)]
+    for i, queue in enumerate(queues):  # leaders on nodes 1, 2, 3
+        cluster.api(i + 1).declare_queue(queue, arguments={"x-queue-type": "quorum",
+                                                           "x-consumer-disconnected-timeout": 3000})
+    bridges = [BridgeThread(cluster.urls((1, 2, 3))), BridgeThread(cluster.urls((2, 3, 1)))]
+    for bridge in bridges:
+        bridge.start()
+    try:
+        result = await load_while_failing(cluster, [b.port for b in bridges], thread_resources(bridges), queues,
+                                          connections=300, messages=10)
+        print(f"\nload while failing, {result.connections} connections, {result.faults} kill -9 of node 1: "
+              f"{result.line()}; resources before {result.before}, after {result.after}")
+        assert result.lost == 0
+        assert result.reconnects >= 1, "killing node 1 should have dropped some connections"
+        assert result.after == result.before, "the bridges kept file descriptors or tasks"
+    finally:
+        for bridge in bridges:
+            bridge.stop()
+        for queue in queues:
+            cluster.api(2).delete_queue(queue)
