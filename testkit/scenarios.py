@@ -248,3 +248,87 @@ def thread_resources(bridges: list) -> Callable[[], dict]:
             out[f"tasks {i + 1}"] = bridge.call(lambda: len(asyncio.all_tasks()))
         return out
     return measure
+
+
+# -- one consumer (queue or stream) through a fault of the node under it ----------------------
+
+@dataclass
+class ConsumerResult(TrafficResult):
+    fault: str = ""
+    left: list[str] = field(default_factory=list)  # in the queue after the consumer left
+    subscriptions: list[str] = field(default_factory=list)  # a stream reader's x-stream-offset each time
+    offsets_in_order: bool = True
+    consumer_reconnects: int = 0
+
+
+def fault_once(cluster: Cluster, fault: str, at: int, node: int = 1):
+    """An ``on_message`` hook: ``node`` goes down (``fault``: ``kill`` or ``shutdown``) once
+    the consumer has ``at`` distinct messages, before it ACKs the last one (``hook.held``)."""
+    async def hook(consumer: ResubscribingConsumer, frame) -> None:
+        if hook.held is None and len(consumer.received) >= at:
+            hook.held = frame.body.decode()
+            await asyncio.to_thread(getattr(cluster, fault), node)
+    hook.held = None  # type: ignore[attr-defined]
+    return hook
+
+
+def _consumer_result(fault: str, publisher: ResendingPublisher, consumer: ResubscribingConsumer) -> ConsumerResult:
+    receipted, received = set(publisher.receipted), set(consumer.received)
+    return ConsumerResult(
+        sent=publisher.sent, receipted=len(receipted), received=sum(consumer.received.values()),
+        lost=len(receipted - received), duplicates=consumer.duplicates,
+        reconnects=publisher.tally.reconnects + consumer.tally.reconnects,
+        errors=publisher.tally.errors + consumer.tally.errors, fault=fault,
+        consumer_reconnects=consumer.tally.reconnects)
+
+
+async def consume_through_fault(cluster: Cluster, port: int, queue: str, fault: str, messages: int = 300,
+                                at: int = 100, prefetch: int = 20) -> ConsumerResult:
+    """A client-individual consumer on quorum queue ``queue`` (logged in first, so on node 1)
+    while a resending publisher sends ``messages``; node 1 goes down at the consumer's ``at``-th
+    message. Ends once the consumer has every receipted message and RabbitMQ holds nothing of
+    the queue (every message ACKed, including what a vanished node's consumer held, back after
+    the queue's consumer-disconnected-timeout); ``left`` is what the queue holds after the
+    consumer's DISCONNECT (never acknowledged)."""
+    publisher = ResendingPublisher(port, f"/amq/queue/{queue}")
+    hook = fault_once(cluster, fault, at)
+    consumer = ResubscribingConsumer(port, f"/amq/queue/{queue}", prefetch=prefetch, on_message=hook)
+    drained = asyncio.Event()
+    reading = asyncio.create_task(consumer.run(drained.is_set, timeout=600))
+    try:
+        await asyncio.wait_for(consumer.first_subscription.wait(), 30)
+        await publisher.publish(messages)
+        while not set(publisher.receipted) <= set(consumer.received):
+            assert not reading.done(), reading.exception()
+            await asyncio.sleep(0.1)  # polls what the consumer task receives
+        await asyncio.to_thread(cluster.wait, "the queue empty", lambda: cluster.queue_messages(queue, 2) == 0,
+                                120, 0.3)
+    finally:
+        drained.set()
+        await reading
+    result = _consumer_result(fault, publisher, consumer)
+    result.left = [m["payload"] for m in await asyncio.to_thread(cluster.api(2).get, queue, messages * 2)]
+    return result
+
+
+async def read_stream_through_fault(cluster: Cluster, port: int, stream: str, fault: str, messages: int = 300,
+                                    at: int = 100) -> ConsumerResult:
+    """A stream reader (logged in first, so on node 1) from ``first`` while a publisher appends
+    ``messages``; node 1 goes down at its ``at``-th message; it subscribes again from the
+    offset after the last one it saw."""
+    publisher = ResendingPublisher(port, f"/amq/queue/{stream}", prefix="s")
+    finished = asyncio.Event()
+    reader = ResubscribingConsumer(port, f"/amq/queue/{stream}", ack="client", prefetch=10, stream_from="first",
+                                   on_message=fault_once(cluster, fault, at))
+    reading = asyncio.create_task(
+        reader.run(lambda: finished.is_set() and set(publisher.receipted) <= set(reader.received), timeout=600))
+    try:
+        await asyncio.wait_for(reader.first_subscription.wait(), 30)
+        await publisher.publish(messages)
+    finally:
+        finished.set()
+        await reading
+    result = _consumer_result(fault, publisher, reader)
+    result.subscriptions = reader.subscribed_at
+    result.offsets_in_order = reader.offsets == sorted(set(reader.offsets))
+    return result
