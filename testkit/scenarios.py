@@ -332,3 +332,55 @@ async def read_stream_through_fault(cluster: Cluster, port: int, stream: str, fa
     result.subscriptions = reader.subscribed_at
     result.offsets_in_order = reader.offsets == sorted(set(reader.offsets))
     return result
+
+
+# -- a memory alarm ---------------------------------------------------------------------------
+
+@dataclass
+class AlarmResult(TrafficResult):
+    receipts_during_alarm: int = 0  # must be 0: publishers are held back
+    read_during_alarm: int = 0  # bytes the bridge read from the publisher while blocked
+    written: int = 0  # bytes the publisher wrote
+    consumed_during_alarm: int = 0  # by a consumer of another queue
+
+
+async def memory_alarm(cluster: Cluster, bridge, blocked: str, other: str, sends: int = 1000,
+                       size: int = 16384, waiting: int = 100, node: int = 2) -> AlarmResult:
+    """``node`` raises a memory alarm (cleared in all cases before this returns); a publisher
+    then writes ``sends`` persistent receipted SENDs of ``size`` bytes to ``blocked`` without
+    waiting, while a consumer takes the ``waiting`` messages of ``other``. Then the alarm
+    clears, every SEND must get its RECEIPT, and a reader counts what ``blocked`` holds.
+    ``bridge``: a testkit.bridge.BridgeThread (its byte counter is read)."""
+    counters = bridge.server.counters
+    await ResendingPublisher(bridge.port, f"/amq/queue/{other}", prefix="w").publish(waiting)
+    publisher = await connect_until(bridge.port)
+    result = AlarmResult(sent=sends, written=sends * size)
+    cluster.set_memory_alarm(node)
+    try:
+        await asyncio.to_thread(cluster.wait, "the alarm known on node 1", lambda: bool(cluster.alarms(1)))
+        read_before = counters.bytes_in
+        for i in range(sends):
+            publisher.send("SEND", {"destination": f"/amq/queue/{blocked}", "persistent": "true",
+                                    "receipt": f"r-{i}"}, f"r-{i}|".encode().ljust(size, b"p"))
+        consumer = ResubscribingConsumer(bridge.port, f"/amq/queue/{other}", prefetch=10, max_reconnects=0)
+        await consumer.run(lambda: len(consumer.received) == waiting, timeout=30)
+        result.consumed_during_alarm = len(consumer.received)
+        try:  # still no RECEIPT: the publisher is held back
+            await publisher.next(0.5, "no RECEIPT during the alarm")
+            result.receipts_during_alarm += 1
+        except asyncio.TimeoutError:
+            pass
+        result.read_during_alarm = counters.bytes_in - read_before
+    finally:
+        cluster.clear_memory_alarm(node)
+    for i in range(result.receipts_during_alarm, sends):  # every SEND gets its RECEIPT, in order
+        await publisher.expect_receipt(f"r-{i}", 30)
+    result.receipted = sends
+    await disconnect(publisher)
+    reader = ResubscribingConsumer(bridge.port, f"/amq/queue/{blocked}", prefetch=100)
+    await reader.run(lambda: len(reader.received) >= sends, timeout=120)
+    stored = {body.split("|", 1)[0] for body in reader.received}
+    result.received = sum(reader.received.values())
+    result.lost = len({f"r-{i}" for i in range(sends)} - stored)
+    result.duplicates = reader.duplicates
+    return result

@@ -16,7 +16,8 @@ import asyncio
 import pytest
 
 from testkit.bridge import BridgeThread
-from testkit.cluster import ResendingPublisher, ResubscribingConsumer, connect_until, disconnect
+from testkit.cluster import connect_until, disconnect
+from testkit.scenarios import memory_alarm
 from testkit.stomp import Stalled
 
 pytestmark = pytest.mark.rabbitmqctl
@@ -33,46 +34,16 @@ async def test_memory_alarm_holds_publishers_back_and_consumers_keep_going(clust
         cluster.api(1).declare_queue(queue, arguments={"x-queue-type": "quorum"})
     bridge = BridgeThread(cluster.urls())
     bridge.start()
-    counters = bridge.server.counters
-    alarm_on = False
     try:
-        await ResendingPublisher(bridge.port, f"/amq/queue/{other}", prefix="w").publish(WAITING)
-        publisher = await connect_until(bridge.port)
-
-        cluster.set_memory_alarm(2)
-        alarm_on = True
-        await asyncio.to_thread(cluster.wait, "the alarm known on node 1", lambda: bool(cluster.alarms(1)))
-        read_before = counters.bytes_in
-        for i in range(SENDS):
-            publisher.send("SEND", {"destination": f"/amq/queue/{blocked}", "persistent": "true",
-                                    "receipt": f"r-{i}"}, f"r-{i}|".encode().ljust(SIZE, b"p"))
-        consumer = ResubscribingConsumer(bridge.port, f"/amq/queue/{other}", prefetch=10, max_reconnects=0)
-        await consumer.run(lambda: len(consumer.received) == WAITING, timeout=30)  # keeps going
-        with pytest.raises(Stalled):  # still no RECEIPT: the publisher is held back
-            frame = await publisher.next(0.5, "no RECEIPT during the alarm")
-            pytest.fail(f"{frame.command} {frame.headers} during the alarm")
-        read = counters.bytes_in - read_before
-        unsent = publisher.writer.transport.get_write_buffer_size()
-        print(f"\nmemory alarm: the bridge read {read / 1e6:.2f} MB of {SENDS * SIZE / 1e6:.1f} MB sent "
-              f"({unsent / 1e6:.1f} MB still in the client); the consumer got {len(consumer.received)} of "
-              f"{WAITING} during the alarm, {consumer.duplicates} twice")
-        assert read < READ_BOUND, f"the bridge read {read} bytes from a publisher RabbitMQ blocks"
-
-        cluster.clear_memory_alarm(2)
-        alarm_on = False
-        for i in range(SENDS):  # every SEND gets its RECEIPT, in order
-            await publisher.expect_receipt(f"r-{i}", 30)
-        await disconnect(publisher)
-        reader = ResubscribingConsumer(bridge.port, f"/amq/queue/{blocked}", prefetch=100)
-        want = {f"r-{i}" for i in range(SENDS)}
-        await reader.run(lambda: len(reader.received) >= SENDS, timeout=60)
-        stored = {body.split("|", 1)[0] for body in reader.received}
-        print(f"after the alarm: {SENDS} receipted, {len(stored)} stored, lost {len(want - stored)}, "
-              f"duplicates {reader.duplicates}")
-        assert stored == want
+        r = await memory_alarm(cluster, bridge, blocked, other, sends=SENDS, size=SIZE, waiting=WAITING)
+        print(f"\nmemory alarm: the bridge read {r.read_during_alarm / 1e6:.2f} MB of {r.written / 1e6:.1f} MB "
+              f"sent; RECEIPTs during the alarm {r.receipts_during_alarm}; the consumer got "
+              f"{r.consumed_during_alarm} of {WAITING}; then {r.line()}")
+        assert r.receipts_during_alarm == 0, "a RECEIPT while RabbitMQ blocks publishing"
+        assert r.consumed_during_alarm == WAITING
+        assert r.read_during_alarm < READ_BOUND, f"the bridge read {r.read_during_alarm} bytes while blocked"
+        assert r.lost == 0
     finally:
-        if alarm_on:
-            cluster.clear_memory_alarm(2)
         bridge.stop()
         for queue in (blocked, other):
             cluster.api(1).delete_queue(queue)
