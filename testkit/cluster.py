@@ -318,10 +318,12 @@ class ResubscribingConsumer:
 
     async def run(self, done: Callable[[], bool], timeout: float = 90) -> None:
         deadline = time.monotonic() + timeout
+        failures = 0  # connections in a row that ended before a message came
         while not done():
             assert time.monotonic() < deadline, (
                 f"consumer on {self.destination}: {len(self.received)} distinct messages after {timeout:g} s "
                 f"({self.tally.reconnects} reconnects: {self.tally.errors[-3:]})")
+            count = sum(self.received.values())
             try:
                 if self.client is None:
                     self.client = await connect_until(self.port)
@@ -336,6 +338,12 @@ class ResubscribingConsumer:
                 if self.client is not None:
                     self.client.abort()
                 self.client = None
+                # A refused SUBSCRIBE comes back at once: a stream with no replica running on the
+                # node the bridge reached yet ("does not have a running replica on the local
+                # node", seen right after a graceful stop of its leader's node). Back off.
+                failures = failures + 1 if sum(self.received.values()) == count else 0
+                if failures:
+                    await asyncio.sleep(min(2.0, 0.05 * 2 ** failures))
         if self.client is not None:
             await disconnect(self.client)
             self.client = None

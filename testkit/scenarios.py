@@ -55,7 +55,8 @@ class Traffic:
         self.publishers = [ResendingPublisher(port, destination, prefix=f"b{b}p{k}", receipt_timeout=20)
                            for b, port in enumerate(ports) for k in range(publishers)]
         self.consumers = [ResubscribingConsumer(port, destination, prefetch=50) for port in ports]
-        self.stop = asyncio.Event()
+        self.stop = asyncio.Event()  # the publishers stop
+        self.published = asyncio.Event()  # ... and have stopped: the consumers finish what is left
         self.tasks: list[asyncio.Task] = []
 
     def receipted(self) -> set[str]:
@@ -75,7 +76,7 @@ class Traffic:
 
     async def start(self) -> None:
         all_in = self.received
-        self.tasks = [asyncio.create_task(c.run(lambda: self.stop.is_set() and self.receipted() <= all_in(),
+        self.tasks = [asyncio.create_task(c.run(lambda: self.published.is_set() and self.receipted() <= all_in(),
                                                 timeout=3600)) for c in self.consumers]
         await asyncio.wait_for(asyncio.gather(*(c.first_subscription.wait() for c in self.consumers)), 60)
         self.tasks += [asyncio.create_task(p.publish(10**9, stop=self.stop)) for p in self.publishers]
@@ -101,7 +102,11 @@ class Traffic:
 
     async def finish(self, timeout: float = 120) -> TrafficResult:
         self.stop.set()
-        await asyncio.wait_for(asyncio.gather(*self.tasks), timeout)
+        consumers, publishers = self.tasks[:len(self.consumers)], self.tasks[len(self.consumers):]
+        # The consumers' end depends on the last receipts: only once no publisher can add one.
+        await asyncio.wait_for(asyncio.gather(*publishers), timeout)
+        self.published.set()
+        await asyncio.wait_for(asyncio.gather(*consumers), timeout)
         receipted, received = self.receipted(), self.received()
         return TrafficResult(
             sent=sum(p.sent for p in self.publishers), receipted=len(receipted),

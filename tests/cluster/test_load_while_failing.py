@@ -7,12 +7,37 @@ several faults): ``python -m reliability --only cluster --long``.
 
 from __future__ import annotations
 
+import asyncio
+import os
+
 import pytest
 
 from testkit.bridge import BridgeThread
 from testkit.scenarios import load_while_failing, thread_resources
 
 pytestmark = pytest.mark.rabbitmqctl
+
+
+def open_sockets() -> list[str]:
+    """This process's open files, sockets as local port -> remote port (from /proc/net/tcp*)."""
+    ports = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = open(table).read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            ports[f[9]] = f"{int(f[1].split(':')[1], 16)}->{int(f[2].split(':')[1], 16)} st {f[3]}"
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        inode = target[8:-1] if target.startswith("socket:[") else None
+        out.append(ports.get(inode, target) if inode else target)
+    return sorted(out)
 
 
 async def test_load_through_two_bridges_while_node_1_dies_loses_nothing_and_leaks_nothing(cluster, unique):
@@ -31,7 +56,10 @@ async def test_load_through_two_bridges_while_node_1_dies_loses_nothing_and_leak
         assert result.lost == 0
         assert result.reconnects >= 1, "killing node 1 should have dropped some connections"
         grown = {k: (result.before[k], result.after[k]) for k in result.before if result.after[k] > result.before[k]}
-        assert not grown, f"the bridges kept file descriptors or tasks: {grown}"
+        if grown:
+            tasks = [b.call(lambda: sorted(t.get_coro().__qualname__ for t in asyncio.all_tasks())) for b in bridges]
+            fds = open_sockets()
+            pytest.fail(f"the bridges kept file descriptors or tasks: {grown}; tasks {tasks}; fds {fds}")
     finally:
         for bridge in bridges:
             bridge.stop()
