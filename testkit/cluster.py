@@ -278,6 +278,10 @@ async def disconnect(client: StompClient) -> None:
         await client.until_closed(10)
     except RETRYABLE:
         client.abort()
+        return
+    # The bridge closed its side; asyncio keeps ours half-open (CLOSE_WAIT) until closed, or
+    # until the garbage collector gets to it: an open file descriptor in the meantime.
+    await client.close()
 
 
 class ResubscribingConsumer:
