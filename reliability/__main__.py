@@ -3,6 +3,8 @@
     python -m reliability --short              # about two minutes (CI runs the same from pytest)
     python -m reliability --long               # 1,000,000 parser executions, 20-minute soak, ...
     python -m reliability --long --soak-seconds 300 --only soak,faults --json out.json
+    python -m reliability --only cluster [--long]  # node failures, rolling restarts, alarms, load
+                                                   # on the three-node 4.3 cluster (reliability/cluster.py)
 
 Needs the RabbitMQ the tests use (STOMP_BRIDGE_TEST_AMQP_URL or 127.0.0.1:5672,
 management API on 15672). The RabbitMQ-restart scenario starts a private node
@@ -23,20 +25,23 @@ import time
 import urllib.parse
 from pathlib import Path
 
-from . import faults, fuzz_parser, fuzz_session, hostile, soak
+from . import cluster, faults, fuzz_parser, fuzz_session, hostile, soak
 from testkit.management import Management
 
 from .broker import PrivateRabbit
 
 PARTS = ["parser", "session", "hostile", "faults", "soak"]
+EXTRA_PARTS = ["cluster"]  # only when asked (--only): it starts scripts/rabbitmq-cluster
 
 PROFILES = {
     "short": {"fuzz_runs": 20_000, "sessions": 150, "window": 1.5, "subscriptions": 500, "baseline": 2.0,
               "fault_seconds": 6.0, "kill_seconds": 6.0, "rabbit_seconds": 8.0, "rabbit_restarts": 2,
-              "soak_seconds": 20.0},
+              "soak_seconds": 20.0, "cluster_faults": 1, "cluster_messages": 300, "cluster_rounds": 1,
+              "cluster_alarms": 1, "cluster_connections": 300, "cluster_load_messages": 10},
     "long": {"fuzz_runs": 1_000_000, "sessions": 5_000, "window": 10.0, "subscriptions": 10_000, "baseline": 10.0,
              "fault_seconds": 120.0, "kill_seconds": 60.0, "rabbit_seconds": 60.0, "rabbit_restarts": 6,
-             "soak_seconds": 1200.0},
+             "soak_seconds": 1200.0, "cluster_faults": 5, "cluster_messages": 3000, "cluster_rounds": 3,
+             "cluster_alarms": 3, "cluster_connections": 2000, "cluster_load_messages": 20},
 }
 
 
@@ -87,6 +92,8 @@ async def run(parts: list[str], p: dict, work: Path, log) -> dict:
     if "soak" in parts:
         log(f"soak for {p['soak_seconds']:g} s ...")
         out["soak"] = await soak.run(url, mgmt, p["soak_seconds"])
+    if "cluster" in parts:
+        out["cluster"] = await cluster.run(p, log)
     return out
 
 
@@ -127,7 +134,8 @@ def summary(out: dict) -> str:
     if "faults" in out or "soak" in out:
         for key in msgs:
             rows.append((f"messages {key}", f"{msgs[key]:,}", "faults + soak" + (" (must be 0)" if key == "lost" else "")))
-    text.append(table(rows, ("what", "count", "detail")))
+    if rows:
+        text.append(table(rows, ("what", "count", "detail")))
     if "hostile" in out:
         text.append("\nwell-behaved client's round trip during each attack (reported, not asserted):")
         text.append(table([(r["attack"], r["connections"], r["n"], r["p50_ms"], r["p99_ms"]) for r in out["hostile"]["rows"]],
@@ -138,6 +146,17 @@ def summary(out: dict) -> str:
         text.append(table([(name, t.faults, t.sent, t.sends, t.reconnects, t.received, t.lost, t.duplicated)
                            for name, t in out["faults"].items()],
                           ("scenario", "faults", "messages", "SEND frames", "reconnects", "in RabbitMQ", "lost", "duplicates")))
+    if "cluster" in out:
+        c = out["cluster"]
+        text.append(f"\nRabbitMQ {c['version']} cluster of three nodes (every SEND resent until receipted):")
+        text.append(table([(r["scenario"], r["faults"], r["sent"], r["receipted"], r["received"], r["lost"],
+                            r["duplicated"], r["reconnects"]) for r in c["rows"]],
+                          ("fault", "faults", "SEND frames", "receipted", "received", "lost", "duplicates",
+                           "reconnects")))
+        text.append("rolling restart steps (node 0: steady traffic before): " + "; ".join(
+            f"node {s['node']}: {s['seconds']} s, {s['receipts']} receipts, {s['errors']} errors, "
+            f"p99 {s['p99_ms']} ms" for s in c["rolling_restart_steps"]))
+        text.append(f"bridge read during each alarm: {c['alarm_read_mb']} MB; load: {c['load']}")
     if "rabbit_restart_skipped" in out:
         text.append(f"RabbitMQ restart scenario skipped: {out['rabbit_restart_skipped']}")
     if "soak" in out:
@@ -156,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--short", action="store_const", dest="profile", const="short", default="short")
     mode.add_argument("--long", action="store_const", dest="profile", const="long")
-    parser.add_argument("--only", default=",".join(PARTS), help=f"comma-separated parts: {','.join(PARTS)}")
+    parser.add_argument("--only", default=",".join(PARTS),
+                        help=f"comma-separated parts: {','.join(PARTS + EXTRA_PARTS)} (default: {','.join(PARTS)})")
     for key, value in PROFILES["short"].items():
         parser.add_argument("--" + key.replace("_", "-"), type=type(value), default=None)
     parser.add_argument("--json", help="write the full results here")

@@ -9,6 +9,10 @@
 - :mod:`testkit.faultproxy`: a TCP proxy that cuts, delays, pauses and refuses, on command.
 - :mod:`testkit.fixtures`: the ``broker``, ``rabbit`` and ``unique`` pytest fixtures.
 - :mod:`testkit.ports`: a free local port; whether one is open.
+- :mod:`testkit.cluster`: the three-node RabbitMQ cluster of ``scripts/rabbitmq-cluster`` (node
+  faults, alarms, the events to wait on), a resending publisher and a resubscribing consumer.
+- :mod:`testkit.scenarios`: the cluster's fault scenarios, run short by ``tests/cluster`` and
+  long by ``python -m reliability --only cluster``.
 
 Users' own tests use the public :mod:`stomp_bridge.testing` instead.
 """

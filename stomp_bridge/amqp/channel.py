@@ -18,6 +18,16 @@ a random ``message_id`` per publish and a task per delivery:
 
 Every aiormq internal those paths use goes through ``internals.py``.
 
+A resource alarm: the first publish that reaches RabbitMQ after it makes
+RabbitMQ stop reading the whole connection and send connection.blocked. From
+then on a batch with a publish in it waits in ``flush`` until
+connection.unblocked, so the session stops reading its client at once: the
+bridge holds the chunk in hand, not aiormq's queue and socket buffer full of
+publishes RabbitMQ will not read (about 2.5 MB per connection before). The
+connection's other sessions wait too (RabbitMQ reads none of their ACKs):
+sessions that must not wait for a publisher get a connection of their own
+(``amqp_min_connections_per_login``, ``amqp_channels_per_connection``).
+
 Backpressure without pausing a shared socket: every consumer acknowledges.
 A client-ack subscription is bounded by its prefetch-count or its window (see
 the session); an ``ack:auto`` subscription is consumed with manual acks and a
@@ -85,7 +95,8 @@ class AmqpSession:
 
     __slots__ = (
         "pool", "shared", "connection", "channel", "broker_version_text", "broker_version", "dialect",
-        "publish_seq", "_batch", "_vectored", "_channel_number", "_frame_max", "on_delivery", "on_confirm",
+        "publish_seq", "_batch", "_vectored", "_batch_publishes", "_unblocked", "_channel_number", "_frame_max",
+        "on_delivery", "on_confirm",
         "on_returned", "on_closed", "on_cancelled", "on_batch_end", "_hooks", "_closing", "_prefetch",
         "_auto", "_gate", "_gate_open", "_waiter", "_ack_timer", "_rpcs", "_lost", "_consuming",
         "_write_queue",
@@ -107,6 +118,8 @@ class AmqpSession:
         self.publish_seq = 0  # the broker numbers confirms from 1 on this channel
         self._batch: list[bytes | memoryview] = []
         self._vectored = False  # the batch holds a large body's views: written without a join
+        self._batch_publishes = False  # a publish in the batch: it waits while RabbitMQ blocks
+        self._unblocked = internals.unblocked(connection)
         self._channel_number = channel.number
         self._frame_max = connection.connection_tune.frame_max or 131072
         self.on_delivery: DeliveryHook | None = None
@@ -193,6 +206,7 @@ class AmqpSession:
         )
         if len(body) >= LARGE_BODY:
             self._vectored = True
+        self._batch_publishes = True
         self.publish_seq += 1
         return self.publish_seq
 
@@ -216,9 +230,12 @@ class AmqpSession:
         """
         if not self._batch:
             return
+        if self._batch_publishes and not self._unblocked.is_set():
+            await self._until_unblocked()
         if self._dead():
             self._batch.clear()
             return
+        self._batch_publishes = False
         vectored, self._vectored = self._vectored, False
         if self._write_now(self._batch, vectored):
             self._batch.clear()
@@ -230,6 +247,14 @@ class AmqpSession:
         frame = internals.channel_frame(b"".join(self._batch), self.connection.loop.create_future())
         self._batch.clear()
         await self._put(frame)
+
+    async def _until_unblocked(self) -> None:
+        """Until RabbitMQ unblocks the connection (the alarm cleared) or the connection ends."""
+        unblocked = asyncio.ensure_future(self._unblocked.wait())
+        try:
+            await asyncio.wait((unblocked, self.connection.closing), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            unblocked.cancel()
 
     def _write_now(self, parts: list[bytes | memoryview], vectored: bool = False) -> bool:
         """Write to the socket at once if nothing waits before us and RabbitMQ keeps up.

@@ -123,6 +123,12 @@ def write_queue(connection: aiormq.Connection) -> asyncio.Queue:
     return connection.write_queue
 
 
+def unblocked(connection: aiormq.Connection) -> asyncio.Event:
+    """aiormq's event that is clear while RabbitMQ has the connection blocked (between its
+    connection.blocked and connection.unblocked: a resource alarm), set otherwise."""
+    return connection._Connection__connection_unblocked  # type: ignore[attr-defined]
+
+
 def channel_frame(payload: bytes, drain_future: asyncio.Future | None = None) -> ChannelFrame:
     """Already-encoded frames, in the shape aiormq's writer takes off its queue; with a drain
     future the writer waits for the socket to drain after writing them."""

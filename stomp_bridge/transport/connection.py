@@ -254,7 +254,7 @@ class Connection:
 
     __slots__ = (
         "counters", "_initial", "link", "settings", "loop", "peer", "last_read", "last_write",
-        "_timers", "_out", "session", "_logging_in",
+        "_timers", "_out", "session", "_logging_in", "reading_since",
     )
 
     def __init__(
@@ -278,6 +278,11 @@ class Connection:
         self.peer = peer[0] if peer is not None else None
         name = f"{peer[0]}:{peer[1]}" if peer is not None else "unknown"
         self.last_read = self.last_write = self.loop.time()
+        # When the loop last began to wait for client bytes; None while it handles frames
+        # (a SEND held by a blocked RabbitMQ connection, a full write queue): the client's
+        # silence counts only while the bridge reads (STOMP 1.1 heart-beats are the client's
+        # duty only towards a server that reads them; the plugin pauses its check likewise).
+        self.reading_since: float | None = self.last_read
         # The live timer of each kind ("connect", "send", "check"): a rescheduled
         # timer replaces its predecessor, so a long-lived connection holds three at most.
         self._timers: dict[str, asyncio.TimerHandle] = {}
@@ -341,7 +346,12 @@ class Connection:
         handled = 0
         try:
             while not session.closed:
-                data, self._initial = self._initial or await read(), b""
+                if self._initial:
+                    data, self._initial = self._initial, b""
+                else:
+                    self.reading_since = self.loop.time()
+                    data = await read()
+                    self.reading_since = None
                 if not data:
                     break
                 self.last_read = self.loop.time()
@@ -441,7 +451,11 @@ class Connection:
         def check() -> None:
             if self.session.closed:
                 return
-            silent = self.loop.time() - self.last_read
+            since = self.reading_since
+            if since is None:  # not reading: the silence is the bridge's, not the client's
+                self._timers["check"] = self.loop.call_later(limit, check)
+                return
+            silent = self.loop.time() - max(self.last_read, since)
             if silent >= limit:
                 if heartbeat:
                     self.counters.heartbeat_timeouts += 1

@@ -8,9 +8,7 @@ Every receipted message must be in the queue afterwards (lost = 0); duplicates a
 
 from __future__ import annotations
 
-import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
@@ -22,27 +20,8 @@ from tests.integration.rawstomp import ConnectionClosed, FrameTimeout, RawStomp
 # (-m 'not rabbitmqctl') when the tests run against a remote broker.
 pytestmark = pytest.mark.rabbitmqctl
 
-ROOT = Path(__file__).resolve().parents[2]
 MESSAGES = 400
 KILL_AT = 150
-
-
-def cluster(*args: str, timeout: float = 300) -> str:
-    done = subprocess.run(["bash", str(ROOT / "scripts" / "rabbitmq-cluster"), *args], capture_output=True,
-                          text=True, timeout=timeout)
-    if done.returncode != 0:
-        pytest.fail(f"scripts/rabbitmq-cluster {' '.join(args)} failed ({done.returncode}): "
-                    f"{done.stderr[-2000:] or done.stdout[-2000:]}", pytrace=False)
-    return done.stdout.strip()
-
-
-@pytest.fixture
-def urls():
-    """The cluster with every node up (a start is idempotent: about 7 s the first time, a few
-    for a node that a test took down), left running like the other test brokers."""
-    cluster("start")
-    yield cluster("urls")
-    cluster("start")
 
 
 def connect(port: int) -> RawStomp:
@@ -52,8 +31,8 @@ def connect(port: int) -> RawStomp:
 
 
 @pytest.mark.parametrize("fault", ["kill", "stop"], ids=["kill-9", "graceful-stop"])
-def test_losing_the_node_under_the_bridge_loses_no_receipted_message(urls, unique, fault):
-    bridge = BridgeThread(urls)
+def test_losing_the_node_under_the_bridge_loses_no_receipted_message(cluster, unique, fault):
+    bridge = BridgeThread(cluster.urls())
     bridge.start()
     queue = f"ha-{unique}"
     api = Management("http://127.0.0.1:15692/api")  # node 2, which stays up
@@ -67,7 +46,7 @@ def test_losing_the_node_under_the_bridge_loses_no_receipted_message(urls, uniqu
         while i < MESSAGES:
             if i == KILL_AT and reconnects == 0:
                 # the first node of amqp_url: where the bridge's connection is
-                cluster("kill", "1") if fault == "kill" else cluster("ctl", "1", "-q", "shutdown")
+                cluster.kill(1) if fault == "kill" else cluster.shutdown(1)
             try:
                 conn.receipt("SEND", {"destination": f"/amq/queue/{queue}", "persistent": "true"}, f"m-{i}",
                              receipt_id=f"r-{i}")

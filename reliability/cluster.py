@@ -1,0 +1,135 @@
+"""The cluster part (``--only cluster``): the fault scenarios of tests/cluster, longer, on the
+three-node RabbitMQ 4.3 cluster of scripts/rabbitmq-cluster (started here; ports 5691-5693).
+
+Per fault kind: ``kill -9`` and graceful stop of node 1 under a client-individual consumer of a
+quorum queue and under a stream reader (``cluster_faults`` times each), rolling restarts of the
+three nodes under traffic through two bridges (``cluster_rounds``), memory alarms
+(``cluster_alarms``), and load while failing: ``cluster_connections`` connections through two
+bridges while node 1 is killed and stopped. Every scenario is in testkit/scenarios.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import asdict
+
+from testkit.bridge import BridgeThread
+from testkit.cluster import Cluster
+from testkit.scenarios import (
+    consume_through_fault, load_while_failing, memory_alarm, read_stream_through_fault, rolling_restart,
+    thread_resources,
+)
+
+QUORUM = {"x-queue-type": "quorum", "x-consumer-disconnected-timeout": 3000}
+
+
+def _tally(name: str, faults: int, results: list) -> dict:
+    return {"scenario": name, "faults": faults, "sent": sum(r.sent for r in results),
+            "receipted": sum(r.receipted for r in results), "received": sum(r.received for r in results),
+            "lost": sum(r.lost for r in results), "duplicated": sum(r.duplicates for r in results),
+            "reconnects": sum(r.reconnects for r in results)}
+
+
+async def run(p: dict, log) -> dict:
+    cluster = Cluster()
+    await asyncio.to_thread(cluster.start)
+    if not await asyncio.to_thread(cluster.healthy):
+        await asyncio.to_thread(cluster.reset)
+    version = cluster.api(1).overview().get("rabbitmq_version", "?")
+    rows: list[dict] = []
+    details: dict = {"version": version}
+    tag = uuid.uuid4().hex[:8]
+
+    async def with_bridges(count: int, body):
+        orders = [(1, 2, 3), (2, 3, 1)][:count]
+        bridges = [BridgeThread(cluster.urls(order)) for order in orders]
+        for bridge in bridges:
+            bridge.start()
+        try:
+            return await body(bridges)
+        finally:
+            for bridge in bridges:
+                bridge.stop()
+
+    def declare(name: str, **arguments) -> None:
+        cluster.api(1).declare_queue(name, arguments=arguments)
+
+    for fault in ("kill", "shutdown"):
+        label = "kill -9" if fault == "kill" else "graceful stop"
+        results = []
+        for i in range(p["cluster_faults"]):
+            log(f"cluster: {label} of node 1 under a consumer ({i + 1}/{p['cluster_faults']}) ...")
+            queue = f"rel-consume-{tag}-{fault}-{i}"
+            declare(queue, **QUORUM)
+            r = await with_bridges(1, lambda b, q=queue: consume_through_fault(
+                cluster, b[0].port, q, fault, messages=p["cluster_messages"], at=p["cluster_messages"] // 3))
+            cluster.api(2).delete_queue(queue)
+            if r.lost or r.left:
+                raise AssertionError(f"{label} under a consumer: lost {r.lost}, never acknowledged {len(r.left)}")
+            results.append(r)
+            await asyncio.to_thread(cluster.start)
+        rows.append(_tally(f"{label} of node 1, client-individual consumer on a quorum queue",
+                           len(results), results))
+        results = []
+        for i in range(p["cluster_faults"]):
+            log(f"cluster: {label} of node 1 under a stream reader ({i + 1}/{p['cluster_faults']}) ...")
+            stream = f"rel-stream-{tag}-{fault}-{i}"
+            declare(stream, **{"x-queue-type": "stream"})
+            await asyncio.to_thread(cluster.wait_members_online, stream, 2)
+            r = await with_bridges(1, lambda b, s=stream: read_stream_through_fault(
+                cluster, b[0].port, s, fault, messages=p["cluster_messages"], at=p["cluster_messages"] // 3))
+            cluster.api(2).delete_queue(stream)
+            if r.lost or r.duplicates:
+                raise AssertionError(f"{label} under a stream reader: lost {r.lost}, read again {r.duplicates}")
+            results.append(r)
+            await asyncio.to_thread(cluster.start)
+        rows.append(_tally(f"{label} of node 1, stream reader resuming at its offset", len(results), results))
+
+    log(f"cluster: {p['cluster_rounds']} rolling restart(s) through two bridges ...")
+    queue = f"rel-rolling-{tag}"
+    declare(queue, **QUORUM)
+    await asyncio.to_thread(cluster.wait_members_online, queue, 1)
+    r = await with_bridges(2, lambda b: rolling_restart(cluster, [x.port for x in b], queue,
+                                                        rounds=p["cluster_rounds"]))
+    cluster.api(2).delete_queue(queue)
+    details["rolling_restart_steps"] = [asdict(step) for step in r.steps]
+    rows.append(_tally("rolling restart (graceful stop + start of each node), 2 bridges", 3 * p["cluster_rounds"],
+                       [r]))
+    if r.lost:
+        raise AssertionError(f"rolling restart: lost {r.lost}")
+
+    results = []
+    for i in range(p["cluster_alarms"]):
+        log(f"cluster: memory alarm ({i + 1}/{p['cluster_alarms']}) ...")
+        blocked, other = f"rel-alarm-{tag}-{i}-pub", f"rel-alarm-{tag}-{i}-con"
+        declare(blocked, **QUORUM)
+        declare(other, **QUORUM)
+        a = await with_bridges(1, lambda b, x=blocked, y=other: memory_alarm(cluster, b[0], x, y))
+        for name in (blocked, other):
+            cluster.api(2).delete_queue(name)
+        if a.lost or a.receipts_during_alarm or a.consumed_during_alarm < 100:
+            raise AssertionError(f"memory alarm: {a}")
+        results.append(a)
+    details["alarm_read_mb"] = [round(a.read_during_alarm / 1e6, 2) for a in results]
+    rows.append(_tally("memory alarm (publisher held back, consumer of another queue going on)", len(results),
+                       results))
+
+    log(f"cluster: load while failing, {p['cluster_connections']} connections ...")
+    queues = [f"rel-load-{tag}-{i}" for i in range(3)]
+    for i, name in enumerate(queues):
+        cluster.api(i + 1).declare_queue(name, arguments=QUORUM)
+    faults = ("kill", "shutdown")
+    load = await with_bridges(2, lambda b: load_while_failing(
+        cluster, [x.port for x in b], thread_resources(b), queues, connections=p["cluster_connections"],
+        messages=p["cluster_load_messages"], faults=faults))
+    for name in queues:
+        cluster.api(2).delete_queue(name)
+    details["load"] = {"connections": load.connections, "before": load.before, "after": load.after}
+    rows.append(_tally(f"load while failing: {load.connections} connections, kill -9 + graceful stop of node 1",
+                       load.faults, [load]))
+    if load.lost or any(load.after[k] > load.before[k] for k in load.before):
+        raise AssertionError(f"load while failing: lost {load.lost}, resources {load.before} -> {load.after}")
+    await asyncio.to_thread(cluster.start)
+    return {"rows": rows, **details}
+
