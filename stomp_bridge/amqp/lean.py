@@ -80,11 +80,15 @@ class LeanChannel:
         try:
             await channel._call(spec.Channel.Open(), (spec.Channel.OpenOk,))
             await channel._call(spec.Confirm.Select(), (spec.Confirm.SelectOk,))
-        except BaseException:
+        except BaseException as exc:
             channel._closed = True
-            channels.pop(number, None)
-            if sessions.get(number) is channel:
-                del sessions[number]
+            if isinstance(exc, amqp_exc.AMQPError):  # RabbitMQ closed it, and has our close-ok
+                channels.pop(number, None)
+                if sessions.get(number) is channel:
+                    del sessions[number]
+            # Otherwise (timed out, cancelled) RabbitMQ may still open it: a channel.open on that
+            # number again would close the whole shared connection. The number stays held by
+            # this closed channel, which absorbs late replies, until the connection ends.
             raise
         return channel
 

@@ -170,3 +170,16 @@ async def test_a_failed_open_gives_back_the_number_and_the_route():
     with pytest.raises(amqp_exc.ChannelAccessRefused):
         await opening
     assert channels == {} and sessions == {}
+
+
+async def test_an_open_that_times_out_keeps_its_number_held_and_absorbs_the_late_reply():
+    """RabbitMQ may still open the channel: the number must not be offered again on this
+    connection (a second channel.open on it closes the whole shared connection)."""
+    socket = Socket()
+    channels: dict = {}
+    sessions: dict = {}
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(LeanChannel.open(FakeConnection(), NUMBER, socket, channels, sessions), 0.01)
+    assert NUMBER in sessions and NUMBER in channels
+    channels[NUMBER].on_method(payload(spec.Channel.OpenOk()))  # late: nobody waits, nothing breaks
+    assert sessions[NUMBER].is_closed
