@@ -8,9 +8,15 @@
 
 Same client (a lean asyncio STOMP client built on the project's own codec),
 same broker, interleaved A/B runs; prints the median of each scenario, the
-ratio bridge / native (latency rows: > 1 means the bridge is slower), and the
-bridge process's CPU seconds and peak RSS per run (median CPU, highest peak).
-The plugin runs inside RabbitMQ, so it has no CPU/RSS column ("-").
+ratio bridge / native (latency rows: > 1 means the bridge is slower), the
+bridge process's CPU seconds and peak RSS per run (median CPU, highest peak),
+its CPU per message over the timed part of a run (the figure to compare
+between commits: the machine's noise moves it less than throughput),
+RabbitMQ's CPU per message behind the bridge and with its own plugin, and the
+cores busy (bridge + RabbitMQ + client CPU over the run's seconds).
+The plugin runs inside RabbitMQ, so it has no CPU/RSS column of its own.
+
+    python -m bench --broker 4.3 --only large --large-size 16777216 --large-messages 40
 
 Checks while measuring: message counts, per-subscriber order, receipts in
 frame order per connection (counted, not fatal: the plugin may reorder), and
