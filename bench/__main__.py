@@ -16,7 +16,7 @@ RabbitMQ's CPU per message behind the bridge and with its own plugin, and the
 cores busy (bridge + RabbitMQ + client CPU over the run's seconds).
 The plugin runs inside RabbitMQ, so it has no CPU/RSS column of its own.
 
-    python -m bench --broker 4.3 --only large --large-size 16777216 --large-messages 40
+    python -m bench --broker 4.3 --only send,large   # RabbitMQ 4.3 of scripts/rabbitmq4, 1 MiB bodies
 
 Checks while measuring: message counts, per-subscriber order, receipts in
 frame order per connection (counted, not fatal: the plugin may reorder), and
