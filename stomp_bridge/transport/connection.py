@@ -139,7 +139,10 @@ class TcpLink(asyncio.Protocol):
     def eof_received(self) -> bool:
         self._eof = True
         self._wake()
-        return False  # close our side too: a half-closed client gets nothing more
+        # Plain TCP: keep our side open, so what the client's last frames earned (a DISCONNECT's
+        # RECEIPT) still goes out; the connection loop closes it once they are handled. TLS has
+        # no half-close (asyncio's SSL transport closes either way), as with StreamReader.
+        return self.transport is not None and self.transport.get_extra_info("sslcontext") is None
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._eof = True

@@ -117,6 +117,20 @@ def test_disconnect_with_receipt_gets_receipt_then_close(connected):
     assert frames[0]["receipt-id"] == "bye-1"
 
 
+def test_disconnect_then_half_close_still_gets_the_receipt(connected):
+    """A client may shut down its sending side right after DISCONNECT and read until the
+    server closes: the RECEIPT must still come (the end of the client's bytes is not the end
+    of the connection)."""
+    import socket
+
+    conn = connected()
+    conn.send_frame("DISCONNECT", {"receipt": "bye-half"})
+    conn.sock.shutdown(socket.SHUT_WR)
+    frames = conn.read_until_closed()
+    assert [f.command for f in frames] == ["RECEIPT"]
+    assert frames[0]["receipt-id"] == "bye-half"
+
+
 def test_stomp_py_client_connects_with_each_version(client):
     for version in ("1.0", "1.1", "1.2"):
         c = client(version=version)

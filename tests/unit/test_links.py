@@ -64,6 +64,7 @@ class FakeTransport:
         self.closing = False
         self.written: list[bytes] = []
         self.buffered = 0
+        self.extra: dict = {}
 
     def set_write_buffer_limits(self, high: int, low: int) -> None:
         self.limits = (high, low)
@@ -85,6 +86,9 @@ class FakeTransport:
 
     def get_write_buffer_size(self) -> int:
         return self.buffered
+
+    def get_extra_info(self, name: str, default=None):
+        return self.extra.get(name, default)
 
 
 def _tcp_link():
@@ -151,3 +155,13 @@ async def test_tcp_link_drain_waits_while_writing_is_paused_and_not_after_the_en
     link.connection_lost(ConnectionResetError())
     await waiting  # released by the end of the connection, never left hanging
     assert link.send([b"a", b"b"]) == 2 and transport.written == [b"ab"]
+
+
+async def test_tcp_link_keeps_its_side_open_after_the_clients_eof_except_over_tls():
+    """A client may half-close after DISCONNECT and still wait for its RECEIPT."""
+    link, transport, _ = _tcp_link()
+    assert link.eof_received() is True  # plain TCP: the loop closes once the last frames are handled
+    assert await link.read() == b""
+    tls_link, tls_transport, _ = _tcp_link()
+    tls_transport.extra["sslcontext"] = object()
+    assert tls_link.eof_received() is False
