@@ -48,10 +48,16 @@
       heartbeatOutgoing: 10000,
       reconnectDelay: 0,
       onConnect(frame) {
-        client.subscribe(destination, show);
         const server = frame.headers.server || "a STOMP server";
-        status(`Connected to ${server}, subscribed to ${destination}.`, "connected");
-        connected(true);
+        // The RECEIPT comes once the subscription is in place (for a /topic/, its queue bound):
+        // messages sent after it reach this page; before it, a topic message may go nowhere.
+        const receipt = `subscribed-${Date.now()}`;
+        client.watchForReceipt(receipt, () => {
+          status(`Connected to ${server}, subscribed to ${destination}.`, "connected");
+          connected(true);
+        });
+        status(`Connected to ${server}, subscribing to ${destination} …`, "idle");
+        client.subscribe(destination, show, { receipt });
       },
       onStompError(frame) {
         status(`ERROR ${frame.headers.message}: ${frame.body}`, "error");
