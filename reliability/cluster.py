@@ -55,35 +55,41 @@ async def run(p: dict, log) -> dict:
     def declare(name: str, **arguments) -> None:
         cluster.api(1).declare_queue(name, arguments=arguments)
 
-    for fault in ("kill", "shutdown"):
-        label = "kill -9" if fault == "kill" else "graceful stop"
+    async def under_fault(
+        fault: str, what: str, prefix: str, arguments: dict, members: int | None, scenario, failure,
+    ) -> list:
+        """``cluster_faults`` times: a fresh queue, ``scenario`` through one bridge while node 1
+        fails by ``fault``, the queue deleted, the cluster whole again; ``failure(r)`` names what went wrong."""
         results = []
         for i in range(p["cluster_faults"]):
-            log(f"cluster: {label} of node 1 under a consumer ({i + 1}/{p['cluster_faults']}) ...")
-            queue = f"rel-consume-{tag}-{fault}-{i}"
-            declare(queue, **QUORUM)
-            r = await with_bridges(1, lambda b, q=queue: consume_through_fault(
+            log(f"cluster: {what} ({i + 1}/{p['cluster_faults']}) ...")
+            queue = f"{prefix}-{i}"
+            declare(queue, **arguments)
+            if members is not None:
+                await asyncio.to_thread(cluster.wait_members_online, queue, members)
+            r = await with_bridges(1, lambda b, q=queue: scenario(
                 cluster, b[0].port, q, fault, messages=p["cluster_messages"], at=p["cluster_messages"] // 3))
             cluster.api(2).delete_queue(queue)
-            if r.lost or r.left:
-                raise AssertionError(f"{label} under a consumer: lost {r.lost}, never acknowledged {len(r.left)}")
+            problem = failure(r)
+            if problem:
+                raise AssertionError(f"{what}: {problem}")
             results.append(r)
             await asyncio.to_thread(cluster.start)
+        return results
+
+    for fault in ("kill", "shutdown"):
+        label = "kill -9" if fault == "kill" else "graceful stop"
+        results = await under_fault(
+            fault, f"{label} of node 1 under a consumer", f"rel-consume-{tag}-{fault}", QUORUM, None,
+            consume_through_fault,
+            lambda r: (r.lost or r.left) and f"lost {r.lost}, never acknowledged {len(r.left)}")
         rows.append(_tally(f"{label} of node 1, client-individual consumer on a quorum queue",
                            len(results), results))
-        results = []
-        for i in range(p["cluster_faults"]):
-            log(f"cluster: {label} of node 1 under a stream reader ({i + 1}/{p['cluster_faults']}) ...")
-            stream = f"rel-stream-{tag}-{fault}-{i}"
-            declare(stream, **{"x-queue-type": "stream"})
-            await asyncio.to_thread(cluster.wait_members_online, stream, 2)
-            r = await with_bridges(1, lambda b, s=stream: read_stream_through_fault(
-                cluster, b[0].port, s, fault, messages=p["cluster_messages"], at=p["cluster_messages"] // 3))
-            cluster.api(2).delete_queue(stream)
-            if r.lost or r.duplicates:
-                raise AssertionError(f"{label} under a stream reader: lost {r.lost}, read again {r.duplicates}")
-            results.append(r)
-            await asyncio.to_thread(cluster.start)
+        results = await under_fault(
+            fault, f"{label} of node 1 under a stream reader", f"rel-stream-{tag}-{fault}",
+            {"x-queue-type": "stream"}, 2,
+            read_stream_through_fault,
+            lambda r: (r.lost or r.duplicates) and f"lost {r.lost}, read again {r.duplicates}")
         rows.append(_tally(f"{label} of node 1, stream reader resuming at its offset", len(results), results))
 
     log(f"cluster: {p['cluster_rounds']} rolling restart(s) through two bridges ...")
