@@ -257,20 +257,11 @@ class AmqpSession:
             unblocked.cancel()
 
     def _write_now(self, parts: list[bytes | memoryview], vectored: bool = False) -> bool:
-        """Write to the socket at once if nothing waits before us and RabbitMQ keeps up.
-
-        An empty write queue means aiormq's writer has written everything handed
-        to it (it writes as soon as it takes a frame), so order is kept. A
-        socket with unsent bytes (RabbitMQ is not reading, e.g. blocked by an
-        alarm) sends the batch through the queue, whose bound stops the session.
-        """
-        transport = self.shared.hooks.transport
-        if (
-            transport is None
-            or self._write_queue.qsize()
-            or transport.get_write_buffer_size()
-            or transport.is_closing()
-        ):
+        """Write to the socket at once if nothing waits before us and RabbitMQ keeps up
+        (``Hooks.idle_transport``); False: the batch goes through aiormq's queue, whose bound
+        stops the session."""
+        transport = self.shared.hooks.idle_transport(self._write_queue)
+        if transport is None:
             return False
         if vectored:  # large bodies: the socket takes them from the client's buffers
             transport.writelines(parts)

@@ -231,19 +231,17 @@ class LeanChannel:
             await internals.write_queue(self.connection).put(internals.channel_frame(data))
 
     def _send_now(self, data: bytes) -> bool:
-        """Write at once, or behind what waits in aiormq's queue (order kept); False when the
-        queue is full (the caller waits for room) or there is no socket."""
-        transport = self._transport_hooks.transport
-        if transport is None or transport.is_closing():
-            return False
+        """Write at once (``Hooks.idle_transport``), or behind what waits in aiormq's queue
+        (order kept); False when the queue is full (the caller waits for room)."""
         queue = internals.write_queue(self.connection)
-        if queue.qsize() or transport.get_write_buffer_size():
-            try:
-                queue.put_nowait(internals.channel_frame(data))
-            except asyncio.QueueFull:
-                return False
+        transport = self._transport_hooks.idle_transport(queue)
+        if transport is not None:
+            transport.write(data)
             return True
-        transport.write(data)
+        try:
+            queue.put_nowait(internals.channel_frame(data))
+        except asyncio.QueueFull:
+            return False
         return True
 
 

@@ -106,6 +106,21 @@ class Hooks:
         # The connection's socket, for writes that need not queue for aiormq's writer task.
         self.transport: Any = None
 
+    def idle_transport(self, write_queue: Any) -> Any:
+        """The socket, when a frame written to it now keeps its place: nothing waits in
+        aiormq's ``write_queue`` (its writer has written all it took) and the socket has no
+        unsent bytes (RabbitMQ keeps reading); else None, and the frame goes through the queue,
+        whose bound holds the writer back while RabbitMQ does not read (a resource alarm)."""
+        transport = self.transport
+        if (
+            transport is None
+            or write_queue.qsize()
+            or transport.get_write_buffer_size()
+            or transport.is_closing()
+        ):
+            return None
+        return transport
+
 
 current_hooks: contextvars.ContextVar[Hooks | None] = contextvars.ContextVar(
     "stomp_bridge_amqp_hooks", default=None

@@ -12,7 +12,7 @@ from pamqp import commands as spec
 
 from stomp_bridge.amqp.codec import decode_method
 from stomp_bridge.amqp.lean import GetResult, LeanChannel
-from stomp_bridge.amqp.reader import ChannelHooks
+from stomp_bridge.amqp.reader import Hooks
 
 NUMBER = 7
 
@@ -39,8 +39,11 @@ class FakeConnection:
         self.write_queue: asyncio.Queue = asyncio.Queue()
 
 
-class Socket:
+class Socket(Hooks):
+    """The connection's hooks (reader.Hooks) on a fake socket, with what was written decoded."""
+
     def __init__(self) -> None:
+        super().__init__()
         self.transport = FakeTransport()
 
     def methods(self) -> list:
