@@ -256,10 +256,7 @@ class FrameParser:
             return False
         if end - self._pos > limits.max_header_length and max(map(len, lines)) > limits.max_header_length:
             return False
-        if self._version == "1.0" or command in UNESCAPED_COMMANDS:
-            unescape = None
-        else:
-            unescape = _UNESCAPERS[self._version]
+        unescape = self._unescaper(command)
         headers = self._headers
         for line in lines[1:]:
             name, colon, value = line.partition(":")
@@ -307,10 +304,14 @@ class FrameParser:
             )
         command = buf[start:end].decode("ascii")
         self._command = command
+        self._unescape = self._unescaper(command)
+
+    def _unescaper(self, command: str) -> Callable[[str], str] | None:
+        """How this frame's header text is unescaped: not in 1.0, nor in CONNECT, STOMP and
+        CONNECTED frames."""
         if self._version == "1.0" or command in UNESCAPED_COMMANDS:
-            self._unescape = None
-        else:
-            self._unescape = _UNESCAPERS[self._version]
+            return None
+        return _UNESCAPERS[self._version]
 
     def _too_much(self) -> FrameTooLarge:
         max_headers = self.limits.max_headers
@@ -341,22 +342,16 @@ class FrameParser:
         declared = self._headers.get(CONTENT_LENGTH)
         if declared is None:
             return
-        if declared.isdigit() and declared.isascii() and len(declared) < 10:  # the usual case
-            length = int(declared)
-            if start + length + 1 > self.limits.max_frame_size:
-                raise FrameTooLarge(
-                    "Frame too large",
-                    f"content-length {length} makes the frame exceed {self.limits.max_frame_size} bytes",
+        if declared.isdigit() and declared.isascii():  # the usual case, without the regex
+            digits = declared.lstrip("0") or "0"
+        else:
+            match = _CONTENT_LENGTH.fullmatch(declared)
+            if match is None:
+                raise ProtocolError(
+                    "Invalid content-length",
+                    f"content-length must be a non-negative integer, not {declared[:40]!r}",
                 )
-            self._length = length
-            return
-        match = _CONTENT_LENGTH.fullmatch(declared)
-        if match is None:
-            raise ProtocolError(
-                "Invalid content-length",
-                f"content-length must be a non-negative integer, not {declared[:40]!r}",
-            )
-        digits = match.group(1).lstrip("0") or "0"
+            digits = match.group(1).lstrip("0") or "0"
         max_size = self.limits.max_frame_size
         # Refuse before buffering: the length alone says the frame is too big.
         if len(digits) > len(str(max_size)) or start + int(digits) + 1 > max_size:
@@ -401,12 +396,7 @@ class FrameParser:
                 body = view[start:end].tobytes()
         frame = Frame(self._command, self._headers, body)
         del buf[: end + 1]
-        # _reset(), inlined: once per frame
-        self._phase = _NOISE
-        self._pos = self._scan = self._header_lines = self._body_start = 0
-        self._command = ""
-        self._unescape = self._length = None
-        self._headers = {}
+        self._reset()
         return frame
 
     def _collected_body(self) -> Frame | None:
