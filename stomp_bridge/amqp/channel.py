@@ -59,7 +59,7 @@ from pamqp import commands as spec
 from stomp_bridge.amqp import internals
 from stomp_bridge.amqp.autoack import ARM_TIMER, AUTO_ACK_DELAY, HOLD, NOTHING, RELEASE, AutoAck
 from stomp_bridge.amqp.lean import GetResult, LeanChannel
-from stomp_bridge.amqp.codec import LARGE_BODY, encode_ack, encode_nack, publish_frames
+from stomp_bridge.amqp.codec import encode_ack, encode_nack, publish_frames
 from stomp_bridge.amqp.delivery import Delivery
 from stomp_bridge.amqp.errors import broker_error
 from stomp_bridge.amqp.pool import AmqpPool, SharedConnection
@@ -201,10 +201,9 @@ class AmqpSession:
         message no queue takes comes back through ``on_returned`` (with the bulk reader, which
         every bridge installs; aiormq's own reader would drop the return).
         """
-        publish_frames(
+        if publish_frames(
             self._batch, self._channel_number, exchange, routing_key, properties, body, self._frame_max, mandatory
-        )
-        if len(body) >= LARGE_BODY:
+        ):
             self._vectored = True
         self._batch_publishes = True
         self.publish_seq += 1

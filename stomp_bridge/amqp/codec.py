@@ -146,10 +146,11 @@ def publish_frames(
     body: bytes,
     frame_max: int,
     mandatory: bool = False,
-) -> None:
+) -> bool:
     """Append basic.publish + content header + body frames to ``out``, ready for the socket:
-    one bytes for a small message, for a large one the frames' headers and views of ``body``
-    (no copy of it). ``mandatory``: RabbitMQ returns (basic.return) a message no queue takes
+    one bytes for a small message, for a large one the frames' headers and ``body`` or views of
+    it (no copy), and then True: such a batch is best written without joining it
+    (``writelines``). ``mandatory``: RabbitMQ returns (basic.return) a message no queue takes
     instead of dropping it."""
     key = (channel, exchange, routing_key, mandatory)
     method_frame = _PUBLISH_METHODS.get(key)
@@ -166,14 +167,14 @@ def publish_frames(
     size = len(body)
     if not size:
         out.append(head)
-        return
+        return False
     step = frame_max - 8
     if size <= step:
         if size < LARGE_BODY:
             out.append(b"".join((head, _METHOD_HEADER.pack(3, channel, size), body, FRAME_END)))
-        else:
-            out += (head + _METHOD_HEADER.pack(3, channel, size), body, FRAME_END)
-        return
+            return False
+        out += (head + _METHOD_HEADER.pack(3, channel, size), body, FRAME_END)
+        return True
     view = memoryview(body)
     for start in range(0, size, step):
         chunk = view[start : start + step]
@@ -181,6 +182,7 @@ def publish_frames(
         out += (head, chunk)
         head = FRAME_END
     out.append(FRAME_END)
+    return size >= LARGE_BODY
 
 
 _ACK = struct.Struct(">BHIHHQB")  # frame type, channel, size, class, method, delivery tag, bits

@@ -148,16 +148,16 @@ class TcpLink(asyncio.Protocol):
         self._eof = True
         self._error = exc
         self._wake()
-        waiters, self._drain_waiters = self._drain_waiters, []
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
+        self._release_drain_waiters()
 
     def pause_writing(self) -> None:
         self._write_paused = True
 
     def resume_writing(self) -> None:
         self._write_paused = False
+        self._release_drain_waiters()
+
+    def _release_drain_waiters(self) -> None:
         waiters, self._drain_waiters = self._drain_waiters, []
         for waiter in waiters:
             if not waiter.done():

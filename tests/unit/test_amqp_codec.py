@@ -191,11 +191,11 @@ def test_a_large_body_is_framed_as_views_of_the_clients_buffer_not_copied():
 
     body = bytes(range(256)) * (3 * LARGE_BODY // 256)
     out: list = []
-    publish_frames(out, 1, "", "q", {"headers": {}}, body, 131072)
+    assert publish_frames(out, 1, "", "q", {"headers": {}}, body, 131072) is True  # to be written unjoined
     views = [part for part in out if isinstance(part, memoryview)]
     assert views and all(view.obj is body for view in views)
     assert sum(map(len, views)) == len(body)
     assert b"".join(out) == reference(1, "", "q", {"headers": {}}, body, 131072)
     small: list = []
-    publish_frames(small, 1, "", "q", {"headers": {}}, b"small", 131072)
+    assert publish_frames(small, 1, "", "q", {"headers": {}}, b"small", 131072) is False
     assert len(small) == 1  # one bytes per small publish: a batch joins cheaply
