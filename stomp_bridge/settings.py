@@ -275,6 +275,15 @@ class Settings(BaseSettings):
         "connection each (RabbitMQ works each connection in its own processes); later sessions "
         "share the least loaded one.",
     )
+    amqp_separate_publishers: bool = Field(
+        True,
+        description="A STOMP session publishes on an AMQP connection of its login's publishing "
+        "connections (opened at its first SEND), never on the one it consumes and acknowledges on: "
+        "a resource alarm, which stops RabbitMQ reading a connection that publishes, then holds back "
+        "only publishers, as under the plugin. false: one channel per session for everything (one "
+        "connection fewer per publishing login; a blocked publisher holds back the sessions that "
+        "share its connection).",
+    )
     amqp_login_reuse_seconds: float = Field(
         300.0,
         ge=0,

@@ -23,10 +23,14 @@ RabbitMQ stop reading the whole connection and send connection.blocked. From
 then on a batch with a publish in it waits in ``flush`` until
 connection.unblocked, so the session stops reading its client at once: the
 bridge holds the chunk in hand, not aiormq's queue and socket buffer full of
-publishes RabbitMQ will not read (about 2.5 MB per connection before). The
-connection's other sessions wait too (RabbitMQ reads none of their ACKs):
-sessions that must not wait for a publisher get a connection of their own
-(``amqp_min_connections_per_login``, ``amqp_channels_per_connection``).
+publishes RabbitMQ will not read (about 2.5 MB per connection before).
+RabbitMQ reads nothing more of that connection, ACKs included, so a session
+publishes on a channel of its own on a publishing connection (``pool.py``,
+``open_publisher``, at its first SEND), and the connection that carries its
+consumers and ACKs, and other sessions', is never blocked: consumers keep
+going through an alarm, as under the plugin. ``amqp_separate_publishers =
+false`` puts publishes back on the session's one channel (fewer connections;
+a blocked publisher then holds back the sessions that share its connection).
 
 Backpressure without pausing a shared socket: every consumer acknowledges.
 A client-ack subscription is bounded by its prefetch-count or its window (see
@@ -90,38 +94,127 @@ def properties_dict(props: spec.Basic.Properties) -> dict[str, Any]:
     return out
 
 
+class _Writer:
+    """What one channel sends: the batch of frames written once per chunk of client bytes
+    (``flush``), straight to the socket when nothing waits before it and RabbitMQ keeps up, else
+    through aiormq's write queue, whose bound is the backpressure. A session has one for its
+    channel and, with separate publishers, one for its publishing channel."""
+
+    __slots__ = (
+        "shared", "connection", "channel", "number", "hooks", "batch", "vectored", "publishes",
+        "write_queue", "unblocked", "frame_max",
+    )
+
+    def __init__(self, shared: SharedConnection, channel: aiormq.Channel | LeanChannel, hooks: ChannelHooks | None):
+        self.shared = shared
+        connection = self.connection = shared.connection
+        self.channel = channel
+        self.number = channel.number
+        self.hooks = hooks  # the bulk reader's entry for the channel, if it has one
+        self.batch: list[bytes | memoryview] = []
+        self.vectored = False  # the batch holds a large body's views: written without a join
+        self.publishes = False  # a publish in the batch: it waits while RabbitMQ blocks
+        self.write_queue = internals.write_queue(connection)
+        self.unblocked = internals.unblocked(connection)
+        self.frame_max = connection.connection_tune.frame_max or 131072
+
+    def dead(self) -> bool:
+        """RabbitMQ closed this channel: a frame written on its number now would make
+        RabbitMQ close the whole shared connection."""
+        hooks = self.hooks
+        return (hooks is not None and hooks.closed) or self.channel.is_closed
+
+    async def flush(self) -> None:
+        """Write the batch; waits while RabbitMQ blocks the connection and the batch publishes
+        (see the module docstring), or while aiormq's queue is full."""
+        batch = self.batch
+        if self.publishes and not self.unblocked.is_set():
+            await self.until_unblocked()
+        if self.dead():
+            batch.clear()
+            return
+        self.publishes = False
+        vectored, self.vectored = self.vectored, False
+        if self.write_now(batch, vectored):
+            batch.clear()
+            return
+        # A drain future makes aiormq's writer wait for the socket to drain after
+        # this write: when RabbitMQ stops reading, its queue fills and this flush
+        # waits, so the session stops reading from the client instead of buffering
+        # without bound.
+        frame = internals.channel_frame(b"".join(batch), self.connection.loop.create_future())
+        batch.clear()
+        await self.put(frame)
+
+    async def until_unblocked(self) -> None:
+        """Until RabbitMQ unblocks the connection (the alarm cleared) or the connection ends."""
+        unblocked = asyncio.ensure_future(self.unblocked.wait())
+        try:
+            await asyncio.wait((unblocked, self.connection.closing), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            unblocked.cancel()
+
+    def write_now(self, parts: list[bytes | memoryview], vectored: bool = False) -> bool:
+        """Write to the socket at once if nothing waits before us and RabbitMQ keeps up
+        (``Hooks.idle_transport``); False: the batch goes through aiormq's queue, whose bound
+        stops the session."""
+        transport = self.shared.hooks.idle_transport(self.write_queue)
+        if transport is None:
+            return False
+        if vectored:  # large bodies: the socket takes them from the client's buffers
+            transport.writelines(parts)
+        elif len(parts) > 1:
+            transport.write(b"".join(parts))
+        else:
+            transport.write(parts[0])
+        return True
+
+    async def put(self, frame: Any) -> None:
+        queue = self.write_queue
+        try:
+            queue.put_nowait(frame)
+        except asyncio.QueueFull:
+            # Wait for room, but not past the connection's end: a dead writer never makes room.
+            put = asyncio.ensure_future(queue.put(frame))
+            closing = self.connection.closing
+            await asyncio.wait((put, closing), return_when=asyncio.FIRST_COMPLETED)
+            if not put.done():
+                put.cancel()
+                raise BrokerError(
+                    "Broker connection lost", "The connection to RabbitMQ closed; reconnect to retry."
+                )
+
+
 class AmqpSession:
     """The channel that serves one STOMP connection, on a shared AMQP connection."""
 
     __slots__ = (
         "pool", "shared", "connection", "channel", "broker_version_text", "broker_version", "dialect",
-        "publish_seq", "_batch", "_vectored", "_batch_publishes", "_unblocked", "_channel_number", "_frame_max",
+        "publish_seq", "_main", "_out", "_channel_number", "_credentials", "_opening_publisher",
         "on_delivery", "on_confirm",
         "on_returned", "on_closed", "on_cancelled", "on_batch_end", "_hooks", "_closing", "_prefetch",
         "_auto", "_gate", "_gate_open", "_waiter", "_ack_timer", "_rpcs", "_lost", "_consuming",
-        "_write_queue",
     )
 
     def __init__(
-        self, pool: AmqpPool, shared: SharedConnection, channel: aiormq.Channel | LeanChannel, bulk: bool = True
+        self, pool: AmqpPool, shared: SharedConnection, channel: aiormq.Channel | LeanChannel, bulk: bool = True,
+        credentials: tuple[Any, ...] | None = None,
     ) -> None:
         self.pool = pool
         self.shared = shared
         connection = shared.connection
         self.connection = connection
-        self._write_queue = internals.write_queue(connection)
         self.channel = channel
         version = connection.server_properties.get("version", "0")
         self.broker_version_text = version.decode() if isinstance(version, bytes) else str(version)
         self.broker_version = version_tuple(self.broker_version_text)
         self.dialect = Dialect(self.broker_version)  # the plugin rules of this broker's version
-        self.publish_seq = 0  # the broker numbers confirms from 1 on this channel
-        self._batch: list[bytes | memoryview] = []
-        self._vectored = False  # the batch holds a large body's views: written without a join
-        self._batch_publishes = False  # a publish in the batch: it waits while RabbitMQ blocks
-        self._unblocked = internals.unblocked(connection)
+        self.publish_seq = 0  # the broker numbers confirms from 1 on the publishing channel
         self._channel_number = channel.number
-        self._frame_max = connection.connection_tune.frame_max or 131072
+        # Where publishes go: this channel's writer, or (separate publishers, see the module
+        # docstring) a channel on a publishing connection, opened by ``open_publisher``.
+        self._credentials = credentials if bulk and pool.separate_publishers else None
+        self._opening_publisher: asyncio.Lock | None = None
         self.on_delivery: DeliveryHook | None = None
         self.on_confirm: Callable[[int, bool, bool], None] | None = None
         # A mandatory publish no queue took: reply code, reply text, exchange, routing key
@@ -153,6 +246,7 @@ class AmqpSession:
                 self._hooks = ChannelHooks(self._deliver, self._confirm, self._batch_end, self._returned)
                 shared.hooks.channels[channel.number] = self._hooks
             internals.override_channel(channel, self._on_deliver_frame, self._on_confirm_frame)
+        self._main = self._out = _Writer(shared, channel, self._hooks)
         shared.sessions[channel.number] = self
         channel.on_consumer_cancel_callbacks.add(self._on_cancel)
         channel.closing.add_done_callback(self._on_channel_closing)
@@ -188,9 +282,67 @@ class AmqpSession:
             if isinstance(exc, (amqp_exc.AMQPError, ConnectionError, RuntimeError, asyncio.TimeoutError)):
                 raise broker_error(exc) from exc
             raise
-        return cls(pool, shared, channel, bulk)
+        return cls(pool, shared, channel, bulk, (login, passcode, vhost, client_name, context, external, timeout))
 
     # -- the lean per-message paths -------------------------------------------------
+
+    @property
+    def publisher_ready(self) -> bool:
+        """``publish`` may be called: this channel publishes, or its publishing channel is open."""
+        return self._credentials is None or self._out is not self._main
+
+    async def open_publisher(self) -> None:
+        """The channel this session publishes on, on one of its login's publishing connections
+        (``pool.py``): a resource alarm then blocks that connection, never the one this
+        session's and other sessions' consumers acknowledge on. Opened at the first SEND, so a
+        session that only consumes costs no more than before.
+
+        If RabbitMQ will not open one (the password changed since this session logged in, the
+        user's connection limit, a node down), the session publishes on its own channel, as
+        without separate publishers: RabbitMQ accepted this session, and the plugin would let
+        it publish."""
+        if self.publisher_ready:
+            return
+        if self._opening_publisher is None:
+            self._opening_publisher = asyncio.Lock()
+        async with self._opening_publisher:
+            if self.publisher_ready:
+                return
+            if self._closing:
+                raise BrokerError("Broker connection lost", "The connection to RabbitMQ closed; reconnect to retry.")
+            assert self._credentials is not None
+            login, passcode, vhost, client_name, context, external, timeout = self._credentials
+            pool = self.pool
+            try:
+                shared = await pool.acquire(
+                    login, passcode, vhost, f"{client_name} publishing", context=context, external=external,
+                    publishing=True,
+                )
+            except Exception as exc:  # noqa: BLE001 - whatever RabbitMQ said, this session may publish
+                self._publish_here(exc)
+                return
+            try:
+                channel = await asyncio.wait_for(LeanChannel.open(
+                    shared.connection, shared.free_number(), shared.hooks, shared.hooks.channels, shared.sessions,
+                ), timeout)
+            except BaseException as exc:
+                await pool.release(shared)
+                if not isinstance(exc, Exception):
+                    raise  # cancelled
+                self._publish_here(exc)
+                return
+            hooks = channel.hooks
+            hooks.on_confirm, hooks.on_batch_end, hooks.on_return = self._confirm, self._batch_end, self._returned
+            self._out = _Writer(shared, channel, hooks)
+            channel.closing.add_done_callback(self._on_publisher_closing)
+            if self._closing:  # the session ended while the channel opened
+                await self._close_publisher()
+
+    def _publish_here(self, exc: BaseException) -> None:
+        """No publishing connection: this session publishes on its own channel from now on."""
+        self._credentials = None
+        log.info("publishing on the session's channel: RabbitMQ opened no publishing connection",
+                 extra={"reason": repr(exc)})
 
     def publish(
         self, exchange: str, routing_key: str, properties: dict[str, Any], body: bytes, mandatory: bool = False
@@ -199,102 +351,47 @@ class AmqpSession:
 
         ``properties`` are pamqp-named basic properties (see ``codec.py``). ``mandatory``: a
         message no queue takes comes back through ``on_returned`` (with the bulk reader, which
-        every bridge installs; aiormq's own reader would drop the return).
+        every bridge installs; aiormq's own reader would drop the return). With separate
+        publishers, ``open_publisher`` first (``publisher_ready``).
         """
-        if publish_frames(
-            self._batch, self._channel_number, exchange, routing_key, properties, body, self._frame_max, mandatory
-        ):
-            self._vectored = True
-        self._batch_publishes = True
+        out = self._out
+        if publish_frames(out.batch, out.number, exchange, routing_key, properties, body, out.frame_max, mandatory):
+            out.vectored = True
+        out.publishes = True
         self.publish_seq += 1
         return self.publish_seq
 
     def ack(self, delivery_tag: int, multiple: bool = False) -> None:
         if multiple:  # RabbitMQ counts our pending ack:auto deliveries in this multiple ack
             self._auto.client_acked(delivery_tag, multiple)
-        self._batch.append(encode_ack(self._channel_number, delivery_tag, multiple))
+        self._main.batch.append(encode_ack(self._channel_number, delivery_tag, multiple))
 
     def nack(self, delivery_tag: int, multiple: bool = False, requeue: bool = True) -> None:
+        batch = self._main.batch
         if multiple:  # it would requeue ack:auto deliveries the client already has: ack them first
             for tag in self._auto.client_nacked(delivery_tag, multiple):
-                self._batch.append(encode_ack(self._channel_number, tag, False))
-        self._batch.append(encode_nack(self._channel_number, delivery_tag, multiple, requeue))
+                batch.append(encode_ack(self._channel_number, tag, False))
+        batch.append(encode_nack(self._channel_number, delivery_tag, multiple, requeue))
 
     async def flush(self) -> None:
-        """Hand the batch to aiormq's writer; waits only when its queue is full.
-
-        That wait is the backpressure path: while RabbitMQ blocks the
-        connection (resource alarm) the writer stops, the queue fills, and the
-        session stops reading from the client.
-        """
-        if not self._batch:
-            return
-        if self._batch_publishes and not self._unblocked.is_set():
-            await self._until_unblocked()
-        if self._dead():
-            self._batch.clear()
-            return
-        self._batch_publishes = False
-        vectored, self._vectored = self._vectored, False
-        if self._write_now(self._batch, vectored):
-            self._batch.clear()
-            return
-        # A drain future makes aiormq's writer wait for the socket to drain after
-        # this write: when RabbitMQ stops reading (a resource alarm blocks
-        # publishers), its queue fills and this flush waits, so the session stops
-        # reading from the client instead of buffering without bound.
-        frame = internals.channel_frame(b"".join(self._batch), self.connection.loop.create_future())
-        self._batch.clear()
-        await self._put(frame)
-
-    async def _until_unblocked(self) -> None:
-        """Until RabbitMQ unblocks the connection (the alarm cleared) or the connection ends."""
-        unblocked = asyncio.ensure_future(self._unblocked.wait())
-        try:
-            await asyncio.wait((unblocked, self.connection.closing), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            unblocked.cancel()
-
-    def _write_now(self, parts: list[bytes | memoryview], vectored: bool = False) -> bool:
-        """Write to the socket at once if nothing waits before us and RabbitMQ keeps up
-        (``Hooks.idle_transport``); False: the batch goes through aiormq's queue, whose bound
-        stops the session."""
-        transport = self.shared.hooks.idle_transport(self._write_queue)
-        if transport is None:
-            return False
-        if vectored:  # large bodies: the socket takes them from the client's buffers
-            transport.writelines(parts)
-        elif len(parts) > 1:
-            transport.write(b"".join(parts))
-        else:
-            transport.write(parts[0])
-        return True
+        """Hand the batches to RabbitMQ: this channel's (ACKs, NACKs) first, then the
+        publishing channel's, which waits while a resource alarm blocks its connection; and
+        either waits while aiormq's write queue is full. Those waits are the backpressure: the
+        session stops reading from the client."""
+        main = self._main
+        if main.batch:
+            await main.flush()
+        out = self._out
+        if out is not main and out.batch:
+            await out.flush()
 
     def _dead(self) -> bool:
-        """RabbitMQ closed this channel: a frame written on its number now would make
-        RabbitMQ close the whole shared connection."""
-        hooks = self._hooks
-        return (hooks is not None and hooks.closed) or self.channel.is_closed
+        return self._main.dead()
 
     def shares_connection(self) -> bool:
         """Other sessions use this channel's AMQP connection, so what it owns (exclusive
         queues) outlives this session unless deleted; and this channel still works."""
         return len(self.shared.sessions) > 1 and not self._dead()
-
-    async def _put(self, frame: Any) -> None:
-        queue = self._write_queue
-        try:
-            queue.put_nowait(frame)
-        except asyncio.QueueFull:
-            # Wait for room, but not past the connection's end: a dead writer never makes room.
-            put = asyncio.ensure_future(queue.put(frame))
-            closing = self.connection.closing
-            await asyncio.wait((put, closing), return_when=asyncio.FIRST_COMPLETED)
-            if not put.done():
-                put.cancel()
-                raise BrokerError(
-                    "Broker connection lost", "The connection to RabbitMQ closed; reconnect to retry."
-                )
 
     def _deliver(self, delivery: Delivery) -> None:
         callback = self.on_delivery
@@ -357,10 +454,11 @@ class AmqpSession:
         if self._auto.blocked or self._closing or self._dead():
             return
         frame = self._auto_ack_frame()
-        if self._write_now([frame.payload]):
+        main = self._main
+        if main.write_now([frame.payload]):
             return
         try:
-            self._write_queue.put_nowait(frame)
+            main.write_queue.put_nowait(frame)
         except asyncio.QueueFull:
             self._auto.hold()
             self._waiter = asyncio.ensure_future(self._put_later(frame))
@@ -376,7 +474,7 @@ class AmqpSession:
     async def _put_later(self, frame: Any) -> None:
         try:
             if not self._dead():
-                await self._put(frame)
+                await self._main.put(frame)
         except StompError:
             pass  # the connection is gone; its sessions hear about it from the pool
         finally:
@@ -415,11 +513,7 @@ class AmqpSession:
             self.on_cancelled(frame.consumer_tag)
 
     def _on_channel_closing(self, future: asyncio.Future) -> None:
-        if future.cancelled():
-            exc: BaseException = ConnectionError("channel closed")
-        else:
-            exc = future.exception() or ConnectionError("channel closed")
-        self.connection_lost(exc)
+        self.connection_lost(_closing_reason(future, "channel closed"))
 
     def connection_lost(self, exc: BaseException) -> None:
         """The channel or the whole connection closed: the session ends with the reason. While
@@ -427,6 +521,14 @@ class AmqpSession:
         command that caused it is known (the plugin words some refusals differently)."""
         if isinstance(self.channel, LeanChannel):  # what waits on the channel fails with the reason
             self.channel.connection_lost(exc)
+        self._end(exc)
+
+    def _on_publisher_closing(self, future: asyncio.Future) -> None:
+        """RabbitMQ closed the publishing channel (a publish it refused: 404, 403 …) or its
+        connection: the session ends with the reason, as if its one channel had closed."""
+        self._end(_closing_reason(future, "channel closed"))
+
+    def _end(self, exc: BaseException) -> None:
         if self._closing or self.on_closed is None:
             return
         self._closing = True
@@ -613,12 +715,18 @@ class AmqpSession:
         (connection.update-secret). The connection is no longer offered to new logins: one
         with the old token or the new one gets a connection RabbitMQ checked for it, never this
         one on another client's token. RabbitMQ refuses a token for another user by closing
-        the connection."""
-        self.shared.retired = True
-        try:
-            await self.connection.update_secret(secret, reason="stomp-bridge: the client sent a new token")
-        except (amqp_exc.AMQPError, ConnectionError) as exc:
-            raise broker_error(exc) from exc
+        the connection. The session's publishing connection, if it has one, gets it too, and
+        one opened later logs in with it."""
+        if self._credentials is not None:
+            login, _, *rest = self._credentials
+            self._credentials = (login, secret, *rest)
+        writers = (self._main,) if self._out is self._main else (self._main, self._out)
+        for writer in writers:
+            writer.shared.retired = True
+            try:
+                await writer.connection.update_secret(secret, reason="stomp-bridge: the client sent a new token")
+            except (amqp_exc.AMQPError, ConnectionError) as exc:
+                raise broker_error(exc) from exc
 
     async def queue_exists(self, queue: str) -> bool:
         """Whether ``queue`` exists now (a passive declare, on a side channel)."""
@@ -634,17 +742,19 @@ class AmqpSession:
     def flush_nowait(self) -> None:
         """Hand the batch to the writer from a synchronous callback (the ack of a delivery a
         selector dropped); if aiormq's write queue is full, the batch goes with the next flush."""
-        if not self._batch:
+        main = self._main
+        batch = main.batch
+        if not batch:
             return
-        if self._dead() or self._write_now(self._batch):
-            self._batch.clear()
+        if main.dead() or main.write_now(batch):
+            batch.clear()
             return
-        frame = internals.channel_frame(b"".join(self._batch))
+        frame = internals.channel_frame(b"".join(batch))
         try:
-            self._write_queue.put_nowait(frame)
+            main.write_queue.put_nowait(frame)
         except asyncio.QueueFull:
             return
-        self._batch.clear()
+        batch.clear()
 
     async def close(self) -> None:
         """Close the channel (RabbitMQ requeues its unacked messages) and give back the slot."""
@@ -655,7 +765,7 @@ class AmqpSession:
         try:
             await self.flush()
             if self._auto.pending and not self._dead():
-                await self._put(self._auto_ack_frame())
+                await self._main.put(self._auto_ack_frame())
         except Exception:  # noqa: BLE001 - closing anyway
             pass
         if self._waiter is not None:
@@ -676,6 +786,33 @@ class AmqpSession:
             if shared.sessions.get(self._channel_number) is self:
                 del shared.sessions[self._channel_number]
                 await self.pool.release(shared)
+            await self._close_publisher()
+
+    async def _close_publisher(self) -> None:
+        """Close the publishing channel, if the session opened one, and give back its slot."""
+        out = self._out
+        if out is self._main:
+            return
+        self._out = self._main
+        channel = out.channel
+        try:
+            if not channel.is_closed:
+                await asyncio.wait_for(channel.close(), timeout=5)
+        except Exception as exc:  # noqa: BLE001 - the broker may already be gone
+            log.debug("amqp publishing channel close failed: %r", exc)
+        finally:
+            shared = out.shared
+            shared.hooks.channels.pop(out.number, None)
+            if shared.sessions.get(out.number) is channel:
+                del shared.sessions[out.number]
+                await self.pool.release(shared)
+
+
+def _closing_reason(future: asyncio.Future, default: str) -> BaseException:
+    """Why a channel's or connection's ``closing`` future finished."""
+    if future.cancelled():
+        return ConnectionError(default)
+    return future.exception() or ConnectionError(default)
 
 
 async def _unused_consumer(message: Any) -> None:  # pragma: no cover - never called

@@ -32,7 +32,16 @@ gets RabbitMQ's own RESOURCE_LOCKED answer instead, as it would from the plugin.
 Isolation. A channel error (404, 403, 406 …) closes only that channel, so it
 ends only its STOMP session; losing or closing the connection ends every
 session on it, each with the reason (``connection_forced``, ``Broker
-connection lost``). A resource alarm blocks the whole connection, as before.
+connection lost``).
+
+Publishing connections. A resource alarm makes RabbitMQ stop reading every
+connection that publishes, whole: the ACKs of the other sessions on it too.
+Under the plugin a STOMP connection that only consumes is never held back, so
+(with ``separate_publishers``, the default) a session publishes on a channel
+of its own on one of the login's publishing connections, opened at its first
+SEND, and the connection it consumes on never carries a publish. The
+publishing connections are shared by the same rules as the others, in a group
+of their own.
 """
 
 from __future__ import annotations
@@ -120,12 +129,14 @@ class AmqpPool:
     def __init__(
         self, opener: Opener, checker: Checker, *, channels_per_connection: int = 64,
         min_connections: int = 1, reuse_seconds: float = 300.0, auto_ack_window: int = 500,
-        login_cache_seconds: float = 0.0, clock: Callable[[], float] = monotonic,
+        login_cache_seconds: float = 0.0, separate_publishers: bool = True,
+        clock: Callable[[], float] = monotonic,
     ) -> None:
         self.min_connections = max(1, min_connections)
         self._opener = opener
         self._checker = checker
         self.auto_ack_window = auto_ack_window  # read by each session (channel.AmqpSession)
+        self.separate_publishers = separate_publishers  # likewise
         self.channels_per_connection = max(1, channels_per_connection)
         self.reuse_seconds = reuse_seconds
         self.login_cache_seconds = login_cache_seconds
@@ -150,9 +161,12 @@ class AmqpPool:
 
     async def acquire(
         self, login: str, passcode: str, vhost: str, client_name: str, *,
-        context: Any = None, external: bool = False,
+        context: Any = None, external: bool = False, publishing: bool = False,
     ) -> SharedConnection:
         """A connection with a channel slot reserved for the caller (``release`` gives it back).
+
+        ``publishing``: a slot on one of the login's publishing connections (see the module
+        docstring), for a session RabbitMQ has accepted already: no login check of its own.
 
         The first ``min_connections`` sessions of a login each open a
         connection (RabbitMQ handles each connection in its own processes, so
@@ -161,8 +175,8 @@ class AmqpPool:
         """
         # EXTERNAL logins (the user is a certificate the bridge signed) never share with
         # password logins of the same name: RabbitMQ checked a different credential.
-        key = (login, _digest(passcode), vhost, external)
-        checked = False
+        key = (login, _digest(passcode), vhost, external, publishing)
+        checked = publishing
         while True:
             now = self._clock()
             fresh = [shared for shared in self._connections.get(key, ()) if self._fresh(shared, now)]

@@ -71,6 +71,7 @@ async def retain(session: SessionView, target: dest.SendTarget, props: dict[str,
         await amqp.delete_queue(queue)
         return
     await amqp.declare_queue(queue, durable=True, arguments=dict(features.RETAINED_QUEUE_ARGUMENTS))
+    await amqp.open_publisher()
     session.ledger.published(amqp.publish("", queue, props, body))
 
 
@@ -81,6 +82,7 @@ async def copy_retained(session: SessionView, queue: str, binding: tuple[str, st
     found = await amqp.peek(features.retained_queue(*binding))
     if found is not None:
         props, body = found
+        await amqp.open_publisher()
         session.ledger.published(amqp.publish("", queue, props, body))
 
 

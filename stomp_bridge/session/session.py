@@ -96,7 +96,8 @@ class Session:
         # The bridge's pool of shared AMQP connections; a session made without a server
         # (tests) gets a pool of its own.
         self.pool = pool if pool is not None else make_pool(
-            Endpoints(settings.amqp_url), heartbeat=settings.amqp_heartbeat, timeout=settings.amqp_connect_timeout
+            Endpoints(settings.amqp_url), heartbeat=settings.amqp_heartbeat, timeout=settings.amqp_connect_timeout,
+            separate_publishers=settings.amqp_separate_publishers,
         )
         self.counters = counters if counters is not None else Counters()
         # The transport's side: where frames go, and how it closes, flushes and waits.
@@ -489,6 +490,8 @@ class Session:
         mandatory = self.settings.mandatory
         if "mandatory" in headers:
             mandatory = hdr.parse_bool(headers["mandatory"]) or False
+        if not amqp.publisher_ready:
+            await amqp.open_publisher()
         try:
             seq = amqp.publish(target.exchange, target.routing_key, props, frame.body, mandatory)
         except ValueError as exc:  # a value AMQP cannot carry, e.g. a 300-byte routing key

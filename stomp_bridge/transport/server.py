@@ -66,6 +66,7 @@ class BridgeServer:
             reuse_seconds=settings.amqp_login_reuse_seconds,
             auto_ack_window=settings.auto_ack_window,
             login_cache_seconds=settings.amqp_login_cache_seconds,
+            separate_publishers=settings.amqp_separate_publishers,
         )
         self.metrics = Metrics(self._live)
         self.counters = self.metrics.counters

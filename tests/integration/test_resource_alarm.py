@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -36,3 +37,56 @@ def test_blocked_publisher_gets_no_receipt_until_the_alarm_clears(connected, rab
         _watermark("0.4")
     assert conn.expect("RECEIPT", timeout=30)["receipt-id"] == "r1"
     assert [m["payload"] for m in rabbit.get(name, count=10)] == ["before", "during"]
+
+
+def _until_a_connection_is_blocked(timeout: float = 30.0) -> None:
+    """RabbitMQ has blocked a publishing connection (its state reads "blocked")."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if "blocked" in rabbitmqctl("-q", "list_connections", "state").split():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"RabbitMQ blocked no connection within {timeout} s of a publish during the alarm")
+
+
+def test_a_consumer_sharing_the_login_of_a_blocked_publisher_keeps_going(
+    stomp_target, raw, bridge, dial, rabbit, queues, unique
+):
+    """A resource alarm makes RabbitMQ stop reading every AMQP connection that publishes, ACKs
+    included. Under the plugin a STOMP connection that only consumes is never blocked; through
+    the bridge, sessions of one login share AMQP connections (here all of them: one connection
+    per login), so a publisher's SEND must not stop another session's ACKs from reaching
+    RabbitMQ: the consumer, prefetch 1, gets all its messages only if each ACK is read."""
+    if stomp_target.native:
+        consumer, publisher = raw(), raw()
+    else:
+        target = bridge(amqp_min_connections_per_login=1)
+        consumer, publisher = dial(target), dial(target)
+    source, sink = f"alarm-consume-{unique}", f"alarm-publish-{unique}"
+    queues.extend([source, sink])
+    count = 5
+    rabbit.declare_queue(source)
+    for i in range(count):
+        assert rabbit.publish("", source, f"m{i}")
+    consumer.connect()
+    publisher.connect()
+    publisher.receipt("SEND", {"destination": f"/queue/{sink}"}, "before", receipt_id="r0")
+    consumer.subscribe(f"/queue/{source}", ack="client-individual", headers={"prefetch-count": "1"})
+    first = consumer.expect("MESSAGE", timeout=10)
+    _watermark("0.0000001")
+    try:
+        publisher.send_frame("SEND", {"destination": f"/queue/{sink}", "persistent": "true",
+                                      "receipt": "r1"}, "during")
+        if not stomp_target.native:  # the plugin publishes on a direct connection, never blocked
+            _until_a_connection_is_blocked()
+        got, message = [first.body], first
+        for _ in range(count - 1):
+            consumer.send_frame("ACK", {"id": message["ack"]})
+            message = consumer.expect("MESSAGE", timeout=10)
+            got.append(message.body)
+        consumer.receipt("ACK", {"id": message["ack"]}, receipt_id="last-ack")
+    finally:
+        _watermark("0.4")
+    assert got == [f"m{i}".encode() for i in range(count)]
+    assert publisher.wait_receipt("r1", timeout=30)["receipt-id"] == "r1"
+    assert [m["payload"] for m in rabbit.get(sink, count=10)] == ["before", "during"]

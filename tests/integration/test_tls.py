@@ -127,7 +127,7 @@ def test_dn_login_opens_the_amqp_connection_with_external(
     _send_and_get(conn, rabbit, queues, unique)
     # RabbitMQ itself named the user from the certificate the bridge signed.
     ours = [c for c in amqp_connections() if c["user"] == dn]
-    assert [(c["auth_mechanism"], c["ssl"]) for c in ours] == [("EXTERNAL", True)]
+    assert {(c["auth_mechanism"], c["ssl"]) for c in ours} == {("EXTERNAL", True)}  # its publishing one too
     # A second connection of the same user reuses the signed certificate.
     signer = b.server.tls_security.cert_login.signer
     tls_dial(b, cert=cert).connect(login=None, passcode=None)
@@ -144,7 +144,7 @@ def test_implicit_connect_logs_in_as_the_certificate_user(
     conn = tls_dial(b, cert=cert)
     conn.version = "1.2"
     _send_and_get(conn, rabbit, queues, unique)  # no CONNECT at all
-    assert [c["auth_mechanism"] for c in amqp_connections() if c["user"] == subject_dn(cert[0])] == ["EXTERNAL"]
+    assert {c["auth_mechanism"] for c in amqp_connections() if c["user"] == subject_dn(cert[0])} == {"EXTERNAL"}
 
 
 @pytest.mark.amqps
@@ -179,7 +179,7 @@ def test_cn_login_opens_the_amqp_connection_with_external(
         conn.connect(login=None, passcode=None)
         _send_and_get(conn, rabbit, queues, unique)
         ours = [c for c in amqp_connections() if c["user"] == user]
-    assert [(c["auth_mechanism"], c["ssl"]) for c in ours] == [("EXTERNAL", True)]
+    assert {(c["auth_mechanism"], c["ssl"]) for c in ours} == {("EXTERNAL", True)}  # its publishing one too
 
 
 @pytest.mark.amqps
@@ -198,7 +198,7 @@ def test_cn_login_with_a_credentials_file_over_amqps(
     conn.connect(login=None, passcode=None)
     _send_and_get(conn, rabbit, queues, unique)
     ours = [c for c in amqp_connections() if c["user"] == user]
-    assert [(c["auth_mechanism"], c["ssl"]) for c in ours] == [("PLAIN", True)]
+    assert {(c["auth_mechanism"], c["ssl"]) for c in ours} == {("PLAIN", True)}  # its publishing one too
     # Without a certificate the same listener takes a password (verify_peer, no fail_if_no_peer_cert).
     tls_dial(b).connect()
 
@@ -319,7 +319,7 @@ def test_wss_shares_the_tls_context_and_certificate_login(
         assert ws.socket.version() == "TLSv1.3"
         ws.send("CONNECT\naccept-version:1.2\nhost:/\n\n\0")
         assert ws.recv(timeout=20).split("\n", 1)[0] == "CONNECTED"
-        assert [c["auth_mechanism"] for c in amqp_connections() if c["user"] == dn] == ["EXTERNAL"]
+        assert {c["auth_mechanism"] for c in amqp_connections() if c["user"] == dn} == {"EXTERNAL"}
 
 
 @pytest.mark.rabbitmqctl

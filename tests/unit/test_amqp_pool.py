@@ -245,3 +245,20 @@ def test_the_login_cache_skips_the_check_only_within_its_time():
         assert opener.opened == 2, "another passcode never rides on the cache"
 
     run(main())
+
+
+def test_publishing_connections_are_a_group_of_their_own_and_skip_the_login_check():
+    """A session's publishing channel never lands on a connection that carries consumers (a
+    resource alarm blocks a publishing connection whole), and the session was checked at login."""
+    async def main():
+        opener = Opener()
+        pool = AmqpPool(opener, opener.check, channels_per_connection=4)
+        consuming = await pool.acquire("u", "p", "/", "c")
+        publishing = await pool.acquire("u", "p", "/", "c publishing", publishing=True)
+        assert publishing is not consuming and opener.opened == 2
+        again = await pool.acquire("u", "p", "/", "c publishing", publishing=True)
+        assert again is publishing and opener.checks == pool.login_checks == 0
+        joined = await pool.acquire("u", "p", "/", "c")
+        assert joined is consuming and opener.checks == 1  # a login is still RabbitMQ's decision
+
+    run(main())
