@@ -100,6 +100,38 @@ def test_a_channel_error_ends_only_its_own_session(bridge, dial, queues, unique)
     assert next(iter(b._server.pool._connections.values())) == [shared], "same connection, no reconnect"
 
 
+def test_a_refused_publish_ends_only_its_session_and_gives_back_both_its_channels(bridge, dial, queues, unique):
+    """A session's publishes travel on a channel of a publishing connection (amqp_separate_publishers):
+    RabbitMQ closing that channel (a publish to a missing exchange) ends the session with the
+    plugin's ERROR, and the session's consuming channel is closed too, not left open on the shared
+    connection; neighbours on both connections go on."""
+    b = bridge(amqp_min_connections_per_login=1)
+    name = f"publish-neighbour-{unique}"
+    queues.append(name)
+    victim, neighbour = dial(b), dial(b)
+    victim.connect()
+    neighbour.connect()
+    neighbour.subscribe(f"/queue/{name}")
+    neighbour.receipt("SEND", {"destination": f"/queue/{name}"}, b"first")
+    assert neighbour.expect("MESSAGE").body == b"first"
+    victim.receipt("SEND", {"destination": f"/queue/{name}"}, b"second")
+    assert neighbour.expect("MESSAGE").body == b"second"
+    pool = b._server.pool
+    consuming, publishing = ([s for key, group in pool._connections.items() if key[-1] is kind for s in group]
+                             for kind in (False, True))
+    assert [len(s.sessions) for s in consuming] == [2] and [len(s.sessions) for s in publishing] == [2]
+    victim.send_frame("SEND", {"destination": f"/exchange/missing-{unique}/x"}, b"lost")
+    error = victim.error_then_close()
+    assert error["message"] == "not_found" and f"missing-{unique}" in error.text
+    neighbour.receipt("SEND", {"destination": f"/queue/{name}"}, b"still here")
+    assert neighbour.expect("MESSAGE").body == b"still here"
+    deadline = time.monotonic() + 10
+    while [len(s.sessions) for s in consuming + publishing] != [1, 1]:
+        assert time.monotonic() < deadline, [dict(s.sessions) for s in consuming + publishing]
+        time.sleep(0.05)  # polls the bridge's own tables
+    assert [s.reserved for s in consuming + publishing] == [1, 1]
+
+
 def test_a_connection_error_ends_every_session_on_it_with_the_reason(bridge, dial, rabbit, unique):
     b = bridge(amqp_min_connections_per_login=1)
     first, second = dial(b), dial(b)
