@@ -190,6 +190,8 @@ def main() -> int:
     ap.add_argument("--unsafe-connections", action="store_true",
                     help="idle: do not cap --connections to RabbitMQ's free file descriptors")
     ap.add_argument("--heartbeat", default="10000,10000", help="idle: CONNECT heart-beat header")
+    ap.add_argument("--idle-send", action="store_true",
+                    help="idle: each connection sends one receipted SEND instead of subscribing (publishing sessions)")
     ap.add_argument("--no-subscribe", action="store_true",
                     help="idle: CONNECT only (no subscription queue per connection in RabbitMQ)")
     ap.add_argument("--channels-per-connection", type=int, default=64,
@@ -255,7 +257,7 @@ def main() -> int:
             print()
             idle = run_one(lambda: run_idle(args.bridge_port, pid, rabbit, args.connections, args.hold,
                                             args.heartbeat, unsafe=args.unsafe_connections,
-                                            subscribe=not args.no_subscribe,
+                                            subscribe=not args.no_subscribe, send=args.idle_send,
                                             per_amqp=args.channels_per_connection),
                            args.timeout + args.hold + args.connections * 0.2, "idle connections")
             report["idle"] = idle

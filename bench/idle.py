@@ -153,7 +153,8 @@ def percentiles(values: list[float], points=(50, 90, 99, 99.9)) -> dict[str, flo
 
 async def run_idle(port: int, pid: int | None, rabbit: Management, connections: int, hold: float,
                    heartbeat: str = "10000,10000", concurrency: int = 100, unsafe: bool = False,
-                   subscribe: bool = True, per_amqp: int = 64, settle: float | None = None) -> dict:
+                   subscribe: bool = True, per_amqp: int = 64, settle: float | None = None,
+                   send: bool = False) -> dict:
     requested = connections
     connections, capped = safe_connections(rabbit, connections, per_amqp, unsafe)
     fd_soft = raise_fd_limit(connections + 256)
@@ -173,8 +174,12 @@ async def run_idle(port: int, pid: int | None, rabbit: Management, connections: 
     gate = asyncio.Semaphore(concurrency)
 
     async def open_one(i: int) -> None:
-        sub = (f"SUBSCRIBE\ndestination:/topic/{key}.{i}\nid:0\nreceipt:s\n\n\x00".encode()
-               if subscribe else None)
+        if send:  # a publishing session (its publishing channel opens), then idle
+            sub: bytes | None = f"SEND\ndestination:/topic/{key}.{i}\nreceipt:s\n\nx\x00".encode()
+        elif subscribe:
+            sub = f"SUBSCRIBE\ndestination:/topic/{key}.{i}\nid:0\nreceipt:s\n\n\x00".encode()
+        else:
+            sub = None
         async with gate:
             ready = loop.create_future()
             try:
