@@ -41,7 +41,11 @@ Under the plugin a STOMP connection that only consumes is never held back, so
 of its own on one of the login's publishing connections, opened at its first
 SEND, and the connection it consumes on never carries a publish. The
 publishing connections are shared by the same rules as the others, in a group
-of their own.
+of their own. A session publishes only after its login was accepted, so
+joining one needs no login check; and a publishing connection whose last
+session left stays open ``linger_seconds`` (10) for the next one, so a client
+that connects, sends and disconnects does not open and close an AMQP
+connection each time (it owns no exclusive queue that lingering could keep).
 """
 
 from __future__ import annotations
@@ -75,7 +79,7 @@ class SharedConnection:
 
     __slots__ = (
         "key", "connection", "hooks", "sessions", "reserved", "opened_at", "cap", "channel_max", "_cursor",
-        "retired", "exclusive",
+        "retired", "exclusive", "publishing", "linger",
     )
 
     def __init__(self, key: tuple, connection: aiormq.Connection, hooks: Hooks, cap: int, now: float) -> None:
@@ -90,6 +94,8 @@ class SharedConnection:
         self._cursor = 0
         self.retired = False  # lost, closing, or no longer offered to new sessions
         self.exclusive: dict[str, int] = {}  # exclusive queue -> channel number of its session
+        self.publishing = bool(key[-1])  # one of a login's publishing connections (see the module docstring)
+        self.linger: asyncio.TimerHandle | None = None  # the close of a publishing one nobody uses
 
     def free_number(self) -> int:
         """A channel number up to channel_max that neither we nor aiormq hold (a closing
@@ -129,7 +135,7 @@ class AmqpPool:
     def __init__(
         self, opener: Opener, checker: Checker, *, channels_per_connection: int = 64,
         min_connections: int = 1, reuse_seconds: float = 300.0, auto_ack_window: int = 500,
-        login_cache_seconds: float = 0.0, separate_publishers: bool = True,
+        login_cache_seconds: float = 0.0, separate_publishers: bool = True, linger_seconds: float = 10.0,
         clock: Callable[[], float] = monotonic,
     ) -> None:
         self.min_connections = max(1, min_connections)
@@ -137,6 +143,8 @@ class AmqpPool:
         self._checker = checker
         self.auto_ack_window = auto_ack_window  # read by each session (channel.AmqpSession)
         self.separate_publishers = separate_publishers  # likewise
+        self.linger_seconds = linger_seconds
+        self._closing: set[asyncio.Future[None]] = set()  # lingering connections being closed
         self.channels_per_connection = max(1, channels_per_connection)
         self.reuse_seconds = reuse_seconds
         self.login_cache_seconds = login_cache_seconds
@@ -181,6 +189,14 @@ class AmqpPool:
             now = self._clock()
             fresh = [shared for shared in self._connections.get(key, ()) if self._fresh(shared, now)]
             roomy = [shared for shared in fresh if shared.reserved < shared.cap]
+            idle = [shared for shared in roomy if shared.reserved == 0]  # a publishing one lingering
+            if idle and checked:
+                shared = idle[0]
+                if shared.linger is not None:
+                    shared.linger.cancel()
+                    shared.linger = None
+                shared.reserved += 1
+                return shared
             opening = self._opening.get(key)
             if opening is None and (len(fresh) < self.min_connections or not roomy):
                 break  # open one
@@ -242,10 +258,24 @@ class AmqpPool:
         self._accept(key)
 
     async def release(self, shared: SharedConnection) -> None:
-        """Give back a slot; the last session out closes the connection."""
+        """Give back a slot; the last session out closes the connection, or, for a publishing
+        connection, leaves it open ``linger_seconds`` for the next one (see ``acquire``)."""
         shared.reserved -= 1
         if shared.reserved > 0:
             return
+        if shared.publishing and self.linger_seconds > 0 and not shared.retired and not shared.connection.is_closed:
+            shared.linger = asyncio.get_running_loop().call_later(self.linger_seconds, self._close_if_idle, shared)
+            return
+        await self._close(shared)
+
+    def _close_if_idle(self, shared: SharedConnection) -> None:
+        shared.linger = None
+        if shared.reserved == 0 and shared in self._connections.get(shared.key, ()):
+            task = asyncio.ensure_future(self._close(shared))
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+
+    async def _close(self, shared: SharedConnection) -> None:
         shared.retired = True
         group = self._connections.get(shared.key)
         if group is not None and shared in group:

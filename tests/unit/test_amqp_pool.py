@@ -262,3 +262,29 @@ def test_publishing_connections_are_a_group_of_their_own_and_skip_the_login_chec
         assert joined is consuming and opener.checks == 1  # a login is still RabbitMQ's decision
 
     run(main())
+
+
+def test_a_publishing_connection_lingers_for_the_next_session_then_closes():
+    """connect, SEND, DISCONNECT clients must not open and close a publishing connection each."""
+    async def main():
+        opener = Opener()
+        pool = AmqpPool(opener, opener.check, linger_seconds=0.05)
+        first = await pool.acquire("u", "p", "/", "c", publishing=True)
+        await pool.release(first)
+        assert not first.connection.is_closed and pool.connection_count == 1
+        second = await pool.acquire("u", "p", "/", "c", publishing=True)
+        assert second is first and opener.opened == 1
+        await pool.release(second)
+        async def closed():  # the linger time passes with nobody back
+            while not first.connection.is_closed:
+                await asyncio.sleep(0.01)
+
+        await asyncio.wait_for(closed(), 2)
+        assert first.connection.closed_count == 1 and pool.connection_count == 0
+        third = await pool.acquire("u", "p", "/", "c", publishing=True)
+        assert third is not first and opener.opened == 2
+        consuming = await pool.acquire("u", "p", "/", "c")
+        await pool.release(consuming)
+        assert consuming.connection.is_closed  # only publishing connections linger
+
+    run(main())
