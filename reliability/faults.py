@@ -25,11 +25,11 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 
+from testkit.bridgeproc import BridgeProcess
 from testkit.faultproxy import FaultProxy
 from testkit.management import Management
 from testkit.stomp import Closed, StompClient
 
-from .bridgeproc import BridgeProcess
 from .broker import PrivateRabbit, drain_ids, vhost_url
 
 

@@ -20,10 +20,10 @@ import time
 
 from stomp_bridge.protocol.errors import StompError
 from stomp_bridge.protocol.frames import Frame, serialize
+from testkit.bridgeproc import BridgeProcess
 from testkit.management import Management
 from testkit.stomp import Closed, StompClient
 
-from .bridgeproc import BridgeProcess
 from .fuzz_parser import mutate
 from .probe import Probe, percentiles
 

@@ -16,9 +16,9 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from testkit.bridgeproc import BridgeProcess
 from testkit.stomp import StompClient
 
-from .bridgeproc import BridgeProcess
 from .probe import Probe, percentiles
 
 # Settings of the bridge under attack: a short connect timeout keeps slowloris short.

@@ -23,10 +23,10 @@ import time
 import uuid
 from collections import Counter
 
+from testkit.bridgeproc import BridgeProcess
 from testkit.management import Management
 from testkit.stomp import StompClient
 
-from .bridgeproc import BridgeProcess
 from .broker import drain_ids, vhost_url
 
 
@@ -188,26 +188,20 @@ class Soak:
             raise
 
 
-def _sample(bridge: BridgeProcess) -> dict:
-    stats = bridge.fresh_stats()
-    return {"rss_mb": round(bridge.rss_kb() / 1024, 1), "fds": bridge.fds(), "tasks": stats["tasks"],
-            "connections": stats["connections"]}
-
-
 async def run(amqp_url: str, mgmt: Management, seconds: float, warmup: float = 5.0) -> dict:
     vhost = mgmt.temporary_vhost()
     bridge = BridgeProcess(amqp_url).start()
     try:
-        idle = await asyncio.to_thread(_sample, bridge)
+        idle = await asyncio.to_thread(bridge.usage)
         await Soak(bridge.port, vhost, warmup).run()  # warm-up: allocations, imports, first queues
         await asyncio.to_thread(_idle, bridge)
-        warm = await asyncio.to_thread(_sample, bridge)
+        warm = await asyncio.to_thread(bridge.usage)
         soak = Soak(bridge.port, vhost, seconds)
         samples = []
 
         async def sampler() -> None:
             while not soak.stop.is_set():
-                samples.append(await asyncio.to_thread(_sample, bridge))
+                samples.append(await asyncio.to_thread(bridge.usage))
                 try:
                     await asyncio.wait_for(soak.stop.wait(), max(5.0, seconds / 20))
                 except asyncio.TimeoutError:
@@ -218,7 +212,7 @@ async def run(amqp_url: str, mgmt: Management, seconds: float, warmup: float = 5
         await soak.run()
         await sampling
         await asyncio.to_thread(_idle, bridge)
-        end = await asyncio.to_thread(_sample, bridge)
+        end = await asyncio.to_thread(bridge.usage)
         amqp_conns, amqp_chans = await asyncio.to_thread(mgmt.wait_vhost_connections, vhost, 0, 30)
         url = vhost_url(amqp_url, vhost)
         left: Counter = Counter()

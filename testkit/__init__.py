@@ -6,6 +6,8 @@
 - :mod:`testkit.stomp`: a lean asyncio STOMP client on ``stomp_bridge.protocol``'s frames and parser.
 - :mod:`testkit.bridge`: the bridge in a thread of the test process, with the tests' defaults
   (over the public ``stomp_bridge.testing.BackgroundBridge``).
+- :mod:`testkit.bridgeproc`: the bridge as a child process, its RSS, descriptors, tasks,
+  connections and log records at ERROR read from outside; it can be killed and restarted.
 - :mod:`testkit.faultproxy`: a TCP proxy that cuts, delays, pauses and refuses, on command.
 - :mod:`testkit.fixtures`: the ``broker``, ``rabbit`` and ``unique`` pytest fixtures.
 - :mod:`testkit.ports`: a free local port; whether one is open.

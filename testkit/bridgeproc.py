@@ -1,11 +1,13 @@
-"""The bridge as a child process that the harness can inspect, kill -9 and restart.
+"""The bridge as a child process that a harness can inspect from outside, kill -9 and restart
+(``reliability``'s parts, and ``tests/cluster``'s load while failing).
 
-``python -m reliability.bridgeproc STATS_FILE`` runs a bridge configured from
+``python -m testkit.bridgeproc STATS_FILE`` runs a bridge configured from
 ``STOMP_BRIDGE_*`` variables (as ``stomp-bridge`` does) and rewrites STATS_FILE
 twice a second with what only the process itself can see: live asyncio tasks,
 connections, and log records at ERROR (an unexpected exception in a connection
 handler is logged there, so any count above zero is a crash that a client's
-bytes caused). RSS and open file descriptors are read from /proc by the parent.
+bytes caused). RSS and open file descriptors are read from /proc by the parent;
+:meth:`BridgeProcess.usage` gives all of them at once.
 """
 
 from __future__ import annotations
@@ -85,7 +87,9 @@ def main() -> None:
 
 @dataclass
 class BridgeProcess:
-    """One bridge child process; ``settings`` become STOMP_BRIDGE_* variables."""
+    """One bridge child process; ``settings`` become STOMP_BRIDGE_* variables. It listens for
+    STOMP on ``port`` (a free one by default) and HTTP on a free port, never WebSocket unless
+    ``settings`` ask (``ws_port``)."""
 
     amqp_url: str
     settings: dict[str, object] = field(default_factory=dict)
@@ -94,7 +98,7 @@ class BridgeProcess:
     starts: int = 0
 
     def __post_init__(self) -> None:
-        self.dir = tempfile.mkdtemp(prefix="rel-bridge-")
+        self.dir = tempfile.mkdtemp(prefix="bridgeproc-")
         self.stats_path = os.path.join(self.dir, "stats.json")
         self.log_path = os.path.join(self.dir, "bridge.log")
         if not self.port:
@@ -107,10 +111,11 @@ class BridgeProcess:
                    STOMP_BRIDGE_AMQP_URL=self.amqp_url, STOMP_BRIDGE_HTTP_PORT="0",
                    PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""))
         env.setdefault("STOMP_BRIDGE_LOG_LEVEL", "WARNING")
+        env.setdefault("STOMP_BRIDGE_WS_PORT", "none")  # not 15674, which two bridges (or a RabbitMQ) share
         if os.path.exists(self.stats_path):
             os.unlink(self.stats_path)
         log = open(self.log_path, "a")
-        self.proc = subprocess.Popen([sys.executable, "-m", "reliability.bridgeproc", self.stats_path],
+        self.proc = subprocess.Popen([sys.executable, "-m", "testkit.bridgeproc", self.stats_path],
                                      cwd=ROOT, env=env, stdout=log, stderr=log)
         log.close()
         self.starts += 1
@@ -153,15 +158,29 @@ class BridgeProcess:
                 return stats
             time.sleep(0.1)
 
-    def rss_kb(self) -> int:
+    def rss_kb(self, field: str = "VmRSS") -> int:
+        """Resident memory now (``VmHWM``: the highest since the start or :meth:`reset_peak_rss`)."""
         with open(f"/proc/{self.pid}/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1])
         return 0
 
+    def reset_peak_rss(self) -> None:
+        """VmHWM starts again from the current RSS (Linux's ``clear_refs``, value 5)."""
+        with open(f"/proc/{self.pid}/clear_refs", "w") as f:
+            f.write("5")
+
     def fds(self) -> int:
         return len(os.listdir(f"/proc/{self.pid}/fd"))
+
+    def usage(self, fresh: bool = True) -> dict:
+        """What the bridge holds now, read from outside: RSS (VmRSS, MB), open file descriptors,
+        and from the stats file asyncio tasks, live connections and log records at ERROR.
+        ``fresh``: stats written after now (waits up to half a second), else the last ones."""
+        stats = self.fresh_stats() if fresh else self.stats()
+        return {"rss_mb": round(self.rss_kb() / 1024, 1), "fds": self.fds(), "tasks": stats["tasks"],
+                "connections": stats["connections"], "log_errors": stats["log_errors"]}
 
     def kill9(self) -> None:
         if self.alive():
