@@ -37,11 +37,11 @@ PROFILES = {
     "short": {"fuzz_runs": 20_000, "sessions": 150, "window": 1.5, "subscriptions": 500, "baseline": 2.0,
               "fault_seconds": 6.0, "kill_seconds": 6.0, "rabbit_seconds": 8.0, "rabbit_restarts": 2,
               "soak_seconds": 20.0, "cluster_faults": 1, "cluster_messages": 300, "cluster_rounds": 1,
-              "cluster_alarms": 1, "cluster_connections": 300, "cluster_load_messages": 10},
+              "cluster_alarms": 1, "cluster_connections": 300, "cluster_load_messages": 10, "cluster_load_rounds": 2},
     "long": {"fuzz_runs": 1_000_000, "sessions": 5_000, "window": 10.0, "subscriptions": 10_000, "baseline": 10.0,
              "fault_seconds": 120.0, "kill_seconds": 60.0, "rabbit_seconds": 60.0, "rabbit_restarts": 6,
              "soak_seconds": 1200.0, "cluster_faults": 5, "cluster_messages": 3000, "cluster_rounds": 3,
-             "cluster_alarms": 3, "cluster_connections": 2000, "cluster_load_messages": 20},
+             "cluster_alarms": 3, "cluster_connections": 2000, "cluster_load_messages": 20, "cluster_load_rounds": 3},
 }
 
 
@@ -156,7 +156,14 @@ def summary(out: dict) -> str:
         text.append("rolling restart steps (node 0: steady traffic before): " + "; ".join(
             f"node {s['node']}: {s['seconds']} s, {s['receipts']} receipts, {s['errors']} errors, "
             f"p99 {s['p99_ms']} ms" for s in c["rolling_restart_steps"]))
-        text.append(f"bridge read during each alarm: {c['alarm_read_mb']} MB; load: {c['load']}")
+        text.append(f"bridge read during each alarm: {c['alarm_read_mb']} MB")
+        load = c["load"]
+        text.append(f"load while failing, {load['connections']:,} connections in {load['rounds']} rounds, "
+                    f"{load['reconnects']} reconnects; each bridge (a child process) before / at the peak of "
+                    "each round / after each round's clients had gone:")
+        text.append(table([(r["bridge"], r["rss_mb"], r["fds"], r["tasks"], r["connections"], r["log_errors"])
+                           for r in load["bridges"]],
+                          ("bridge", "RSS MB", "open fds", "asyncio tasks", "most connections", "ERROR records")))
     if "rabbit_restart_skipped" in out:
         text.append(f"RabbitMQ restart scenario skipped: {out['rabbit_restart_skipped']}")
     if "soak" in out:

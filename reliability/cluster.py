@@ -5,7 +5,9 @@ Per fault kind: ``kill -9`` and graceful stop of node 1 under a client-individua
 quorum queue and under a stream reader (``cluster_faults`` times each), rolling restarts of the
 three nodes under traffic through two bridges (``cluster_rounds``), memory alarms
 (``cluster_alarms``), and load while failing: ``cluster_connections`` connections through two
-bridges while node 1 is killed and stopped. Every scenario is in testkit/scenarios.py.
+bridges (child processes, so that their RSS is their own) while node 1 is killed and stopped,
+``cluster_load_rounds`` times. Every scenario is in testkit/scenarios.py, load while failing
+in testkit/load.py.
 """
 
 from __future__ import annotations
@@ -15,11 +17,9 @@ import uuid
 from dataclasses import asdict
 
 from testkit.bridge import BridgeThread
-from testkit.cluster import Cluster
-from testkit.scenarios import (
-    consume_through_fault, load_while_failing, memory_alarm, read_stream_through_fault, rolling_restart,
-    thread_resources,
-)
+from testkit.cluster import BRIDGE_ORDERS, Cluster
+from testkit.load import bridge_processes, load_while_failing
+from testkit.scenarios import consume_through_fault, memory_alarm, read_stream_through_fault, rolling_restart
 
 QUORUM = {"x-queue-type": "quorum", "x-consumer-disconnected-timeout": 3000}
 
@@ -42,8 +42,7 @@ async def run(p: dict, log) -> dict:
     tag = uuid.uuid4().hex[:8]
 
     async def with_bridges(count: int, body):
-        orders = [(1, 2, 3), (2, 3, 1)][:count]
-        bridges = [BridgeThread(cluster.urls(order)) for order in orders]
+        bridges = [BridgeThread(cluster.urls(order)) for order in BRIDGE_ORDERS[:count]]
         for bridge in bridges:
             bridge.start()
         try:
@@ -126,16 +125,20 @@ async def run(p: dict, log) -> dict:
     for i, name in enumerate(queues):
         cluster.api(i + 1).declare_queue(name, arguments=QUORUM)
     faults = ("kill", "shutdown")
-    load = await with_bridges(2, lambda b: load_while_failing(
-        cluster, [x.port for x in b], thread_resources(b), queues, connections=p["cluster_connections"],
-        messages=p["cluster_load_messages"], faults=faults))
+    with bridge_processes(cluster) as bridges:
+        load = await load_while_failing(cluster, bridges, queues, connections=p["cluster_connections"],
+                                        messages=p["cluster_load_messages"], faults=faults,
+                                        rounds=p["cluster_load_rounds"])
     for name in queues:
         cluster.api(2).delete_queue(name)
-    details["load"] = {"connections": load.connections, "before": load.before, "after": load.after}
-    rows.append(_tally(f"load while failing: {load.connections} connections, kill -9 + graceful stop of node 1",
-                       load.faults, [load]))
-    if load.lost or any(load.after[k] > load.before[k] for k in load.before):
-        raise AssertionError(f"load while failing: lost {load.lost}, resources {load.before} -> {load.after}")
+    details["load"] = {"connections": load.connections, "rounds": len(load.after), "reconnects": load.reconnects,
+                       "bridges": load.resources(), "before": load.before, "peak": load.peak, "after": load.after}
+    rows.append(_tally(f"load while failing: {load.connections} connections in {len(load.after)} rounds, "
+                       "kill -9 + graceful stop of node 1 in each", load.faults, [load]))
+    log(f"cluster: load while failing, each bridge's figures (before / peak / after): {load.resources()}")
+    problems = load.problems()
+    if problems:
+        raise AssertionError("load while failing: " + "; ".join(problems))
     await asyncio.to_thread(cluster.start)
     return {"rows": rows, **details}
 

@@ -15,6 +15,8 @@
   faults, alarms, the events to wait on), a resending publisher and a resubscribing consumer.
 - :mod:`testkit.scenarios`: the cluster's fault scenarios, run short by ``tests/cluster`` and
   long by ``python -m reliability --only cluster``.
+- :mod:`testkit.load`: load while failing, through bridge processes, in rounds, with each
+  bridge's resources checked after every round (and its RSS bounded).
 
 Users' own tests use the public :mod:`stomp_bridge.testing` instead.
 """

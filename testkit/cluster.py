@@ -31,6 +31,7 @@ from testkit.stomp import ClientError, Frame, StompClient
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "rabbitmq-cluster"
 NODES = (1, 2, 3)
+BRIDGE_ORDERS = ((1, 2, 3), (2, 3, 1))  # two bridges' amqp_url: every node, a different one first
 
 
 class ClusterError(RuntimeError):

@@ -1,19 +1,18 @@
 """Fault scenarios on the three-node cluster (:mod:`testkit.cluster`), each a function that runs
 traffic through bridges while it injects its faults and returns what the clients saw, so that
 ``tests/cluster`` (short, asserted) and ``python -m reliability --only cluster`` (long, reported)
-run the same code.
+run the same code. Load while failing, with its bridges as child processes measured from
+outside, is in :mod:`testkit.load`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from testkit.cluster import (
-    NODES, RETRYABLE, Cluster, ResendingPublisher, ResubscribingConsumer, Tally, connect_until, disconnect, percentile,
+    NODES, Cluster, ResendingPublisher, ResubscribingConsumer, connect_until, disconnect, percentile,
 )
 
 
@@ -143,116 +142,6 @@ async def rolling_restart(cluster: Cluster, ports: list[int], queue: str, publis
         result = await traffic.finish()
     result.steps = steps
     return result
-
-
-# -- load while failing ---------------------------------------------------------------------
-
-@dataclass
-class LoadResult(TrafficResult):
-    connections: int = 0  # STOMP connections opened, reconnections included
-    faults: int = 0
-    before: dict = field(default_factory=dict)  # the bridges' resources before the traffic
-    after: dict = field(default_factory=dict)  # ... and once every client has gone
-
-
-async def _holder(port: int, stop: asyncio.Event, tally: Tally, opened: list[int]) -> None:
-    """An idle STOMP connection until ``stop``; logs in again when the bridge drops it."""
-    while not stop.is_set():
-        try:
-            client = await connect_until(port)
-            opened[0] += 1
-            try:
-                while not stop.is_set():
-                    try:
-                        await client.next(0.5, "nothing (an idle connection)")  # an ERROR raises
-                    except asyncio.TimeoutError:
-                        continue
-            finally:
-                await disconnect(client)
-        except RETRYABLE as exc:
-            tally.lost_connection(exc)
-
-
-async def load_while_failing(cluster: Cluster, ports: list[int], resources: Callable[[], dict],
-                             queues: list[str], connections: int = 300, messages: int = 10,
-                             faults: tuple[str, ...] = ("kill",), node: int = 1) -> LoadResult:
-    """``connections`` STOMP connections through the bridges on ``ports``, spread evenly: a
-    client-individual consumer per queue per bridge, publishers (a third of the rest, each
-    ``messages`` persistent receipted SENDs, resent until receipted) and idle connections that
-    log in again when dropped. Once half the messages are receipted, each fault of ``faults``
-    (``kill`` or ``shutdown``) hits ``node``, which is started again while the traffic goes on.
-    Then every receipted message must reach a consumer, and once every client has gone the
-    bridges' ``resources()`` (file descriptors, asyncio tasks) must be back where they began."""
-    result = LoadResult(before=await asyncio.to_thread(resources))
-    consumers = [ResubscribingConsumer(port, f"/amq/queue/{q}", prefetch=50) for port in ports for q in queues]
-    rest = max(0, connections - len(consumers))
-    publishers = [ResendingPublisher(ports[k % len(ports)], f"/amq/queue/{queues[k % len(queues)]}",
-                                     prefix=f"L{k}", receipt_timeout=20) for k in range(rest // 3)]
-    idle_tally, opened, stop = Tally(), [0], asyncio.Event()
-    holders = [asyncio.create_task(_holder(ports[k % len(ports)], stop, idle_tally, opened))
-               for k in range(rest - len(publishers))]
-
-    def receipted() -> set[str]:
-        return {body for p in publishers for body in p.receipted}
-
-    def received() -> set[str]:
-        return {body for c in consumers for body in c.received}
-
-    drained = asyncio.Event()
-    reading = [asyncio.create_task(c.run(drained.is_set, timeout=600)) for c in consumers]
-    await asyncio.wait_for(asyncio.gather(*(c.first_subscription.wait() for c in consumers)), 60)
-    sending = [asyncio.create_task(p.publish(messages)) for p in publishers]
-    total = len(publishers) * messages
-    try:
-        while len(receipted()) < total // 2:
-            if any(t.done() for t in sending + reading):
-                break  # a failure: gather() below reports it
-            await asyncio.sleep(0.05)  # polls what the client tasks receive
-        for fault in faults:
-            await asyncio.to_thread(getattr(cluster, fault), node)
-            result.faults += 1
-            await asyncio.to_thread(cluster.start_node, node)
-        await asyncio.gather(*sending)
-        deadline = time.monotonic() + 120
-        while not receipted() <= received():
-            assert time.monotonic() < deadline, f"{len(receipted() - received())} receipted never delivered"
-            assert not any(t.done() for t in reading), [t.exception() for t in reading if t.done()]
-            await asyncio.sleep(0.1)
-    finally:
-        drained.set()
-        stop.set()
-        await asyncio.gather(*reading, *holders, return_exceptions=True)
-        for task in sending:
-            task.cancel()
-    clients = [*publishers, *consumers]
-    result.sent = sum(p.sent for p in publishers)
-    result.receipted = len(receipted())
-    result.received = sum(sum(c.received.values()) for c in consumers)
-    result.lost = len(receipted() - received())
-    result.duplicates = result.received - len(received())
-    result.reconnects = sum(c.tally.reconnects for c in clients) + idle_tally.reconnects
-    result.errors = [e for c in clients for e in c.tally.errors] + idle_tally.errors
-    result.connections = len(clients) + opened[0] + sum(c.tally.reconnects for c in clients)
-    # Every client has gone: the bridges close their AMQP connections and end their tasks.
-    before = result.before
-    deadline = time.monotonic() + 30
-    while True:
-        result.after = await asyncio.to_thread(resources)
-        if all(result.after[k] <= before[k] for k in before) or time.monotonic() > deadline:
-            break
-        await asyncio.sleep(0.2)  # polls the bridges' own counts
-    return result
-
-
-def thread_resources(bridges: list) -> Callable[[], dict]:
-    """``resources`` for bridges in threads of this process (testkit.bridge.BridgeThread): the
-    process's open file descriptors (the clients' are closed by then) and each bridge's tasks."""
-    def measure() -> dict:
-        out = {"fds": len(os.listdir("/proc/self/fd"))}
-        for i, bridge in enumerate(bridges):
-            out[f"tasks {i + 1}"] = bridge.call(lambda: len(asyncio.all_tasks()))
-        return out
-    return measure
 
 
 # -- one consumer (queue or stream) through a fault of the node under it ----------------------
