@@ -70,9 +70,11 @@ class LoadResult(TrafficResult):
         a graceful stop per round at 2,000): at 300 connections a bridge starts at 46-47 MB,
         ends round 1 at 48-49 MB and each later round 0-1.2 MB higher until it levels off at
         53.0 MB after 6 to 9 rounds (14 rounds: 4.9 MB above round 1 at most); at 2,000
-        (1,000 per bridge at once) round 1 ends at 61-62 MB, round 2 1.9 and 4.9 MB higher,
-        rounds 3 and 4 at most 0.9 MB higher again. The largest growth after round 1, in any
-        number of rounds, was 4.9 MB: 10 MB is twice that (10 % for a bridge above 100 MB).
+        (1,000 per bridge at once; a run of 4 rounds and the long version's 3) round 1 ends
+        at 60-63 MB, round 2 0-4.9 MB higher, rounds 3 and 4 at most 2.7 MB higher again.
+        The largest growth after round 1, in any number of rounds, was 4.9 MB: 10 MB is twice
+        that (10 % for a bridge above 100 MB).
+
         What it catches: 1,000 connections at once cost a bridge 14-16 MB (about 15 kB each,
         buffers and allocator pools included), so a bridge keeping all of it for each of its
         ~1,150 connections of a 2,000-connection round (reconnections included) would grow
