@@ -41,8 +41,8 @@ async def run(p: dict, log) -> dict:
     details: dict = {"version": version}
     tag = uuid.uuid4().hex[:8]
 
-    async def with_bridges(count: int, body):
-        bridges = [BridgeThread(cluster.urls(order)) for order in BRIDGE_ORDERS[:count]]
+    async def with_bridges(count: int, body, **settings):
+        bridges = [BridgeThread(cluster.urls(order), **settings) for order in BRIDGE_ORDERS[:count]]
         for bridge in bridges:
             bridge.start()
         try:
@@ -110,14 +110,16 @@ async def run(p: dict, log) -> dict:
         blocked, other = f"rel-alarm-{tag}-{i}-pub", f"rel-alarm-{tag}-{i}-con"
         declare(blocked, **QUORUM)
         declare(other, **QUORUM)
-        a = await with_bridges(1, lambda b, x=blocked, y=other: memory_alarm(cluster, b[0], x, y))
+        # Every session of the login on one AMQP connection: the consumer shares the publisher's.
+        a = await with_bridges(1, lambda b, x=blocked, y=other: memory_alarm(cluster, b[0], x, y),
+                               amqp_min_connections_per_login=1)
         for name in (blocked, other):
             cluster.api(2).delete_queue(name)
         if a.lost or a.receipts_during_alarm or a.consumed_during_alarm < 100:
             raise AssertionError(f"memory alarm: {a}")
         results.append(a)
     details["alarm_read_mb"] = [round(a.read_during_alarm / 1e6, 2) for a in results]
-    rows.append(_tally("memory alarm (publisher held back, consumer of another queue going on)", len(results),
+    rows.append(_tally("memory alarm (publisher held back, a consumer on its AMQP connection going on)", len(results),
                        results))
 
     log(f"cluster: load while failing, {p['cluster_connections']} connections ...")

@@ -1,7 +1,9 @@
 """A memory alarm on the cluster while a client publishes persistent, receipted SENDs.
 
-Node 2 raises its memory alarm (every node then blocks publishing connections); the bridge's
-AMQP connections are on nodes 1 and 2, one per session. The publisher writes 16 MB of SENDs
+Node 2 raises its memory alarm (every node then blocks publishing connections). The bridge
+puts every session of the login on one AMQP connection (``amqp_min_connections_per_login=1``),
+so the consumer shares its connection with the publisher's session: it keeps going only because
+publishes travel on a publishing connection of their own (``amqp_separate_publishers``). The publisher writes 16 MB of SENDs
 without waiting: no RECEIPT may come while the alarm is on, the bridge stops reading the
 publisher's socket (it reads at most a chunk or so after RabbitMQ blocked the connection, where
 it used to read about 6.6 MB and hold 2.5 MB of it in its AMQP write buffers), a consumer on
@@ -32,7 +34,7 @@ async def test_memory_alarm_holds_publishers_back_and_consumers_keep_going(clust
     blocked, other = f"alarm-pub-{unique}", f"alarm-con-{unique}"
     for queue in (blocked, other):
         cluster.api(1).declare_queue(queue, arguments={"x-queue-type": "quorum"})
-    bridge = BridgeThread(cluster.urls())
+    bridge = BridgeThread(cluster.urls(), amqp_min_connections_per_login=1)
     bridge.start()
     try:
         r = await memory_alarm(cluster, bridge, blocked, other, sends=SENDS, size=SIZE, waiting=WAITING)
