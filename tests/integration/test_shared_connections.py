@@ -85,7 +85,10 @@ def test_after_the_reuse_time_a_new_login_is_checked_by_rabbitmq_again(bridge, d
     assert sorted(_groups(b)[(user, "/")]) == [1, 1]
 
 
-def test_a_channel_error_ends_only_its_own_session(bridge, dial, queues, unique):
+@pytest.fixture
+def neighbours(bridge, dial, queues, unique):
+    """A bridge with every session of a login on one AMQP connection, a queue, and two logged-in
+    sessions of guest: a victim and a neighbour subscribed to the queue."""
     b = bridge(amqp_min_connections_per_login=1)
     name = f"neighbour-{unique}"
     queues.append(name)
@@ -93,6 +96,11 @@ def test_a_channel_error_ends_only_its_own_session(bridge, dial, queues, unique)
     victim.connect()
     neighbour.connect()
     neighbour.subscribe(f"/queue/{name}")
+    return b, name, victim, neighbour
+
+
+def test_a_channel_error_ends_only_its_own_session(neighbours, unique):
+    b, name, victim, neighbour = neighbours
     assert _groups(b) == {("guest", "/"): [2]}
     shared = next(iter(b._server.pool._connections.values()))[0]
     victim.send_frame("SUBSCRIBE", {"destination": f"/amq/queue/missing-{unique}", "id": "x"})
@@ -102,18 +110,12 @@ def test_a_channel_error_ends_only_its_own_session(bridge, dial, queues, unique)
     assert next(iter(b._server.pool._connections.values())) == [shared], "same connection, no reconnect"
 
 
-def test_a_refused_publish_ends_only_its_session_and_gives_back_both_its_channels(bridge, dial, queues, unique):
+def test_a_refused_publish_ends_only_its_session_and_gives_back_both_its_channels(neighbours, unique):
     """A session's publishes travel on a channel of a publishing connection (amqp_separate_publishers):
     RabbitMQ closing that channel (a publish to a missing exchange) ends the session with the
     plugin's ERROR, and the session's consuming channel is closed too, not left open on the shared
     connection; neighbours on both connections go on."""
-    b = bridge(amqp_min_connections_per_login=1)
-    name = f"publish-neighbour-{unique}"
-    queues.append(name)
-    victim, neighbour = dial(b), dial(b)
-    victim.connect()
-    neighbour.connect()
-    neighbour.subscribe(f"/queue/{name}")
+    b, name, victim, neighbour = neighbours
     neighbour.receipt("SEND", {"destination": f"/queue/{name}"}, b"first")
     assert neighbour.expect("MESSAGE").body == b"first"
     victim.receipt("SEND", {"destination": f"/queue/{name}"}, b"second")
