@@ -316,7 +316,7 @@ class AmqpSession:
             try:
                 shared = await pool.acquire(
                     login, passcode, vhost, f"{client_name} publishing", context=context, external=external,
-                    publishing=True,
+                    publishing=True, near=self.shared.node,
                 )
             except Exception as exc:  # noqa: BLE001 - whatever RabbitMQ said, this session may publish
                 self._publish_here(exc)

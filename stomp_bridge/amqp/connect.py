@@ -99,11 +99,14 @@ def credentials_too_long(login: str, size: int, limit: int) -> AccessRefused:
 async def connect_any(
     endpoints: Endpoints, login: str, passcode: str, vhost: str, client_name: str, heartbeat: int,
     timeout: float, context: ssl.SSLContext | None = None, external: bool = False,
+    near: tuple[str, int] | None = None,
 ) -> tuple[aiormq.Connection, Hooks]:
-    """Log in as the STOMP user on the first RabbitMQ node that answers (see _first_node)."""
+    """Log in as the STOMP user on the first RabbitMQ node that answers (see _first_node), the
+    node at ``near`` (host, port) first if it is up."""
     return await _first_node(
         endpoints, login, passcode, client_name, external,
         lambda url: _connect(url, login, passcode, vhost, client_name, heartbeat, timeout, context, external),
+        near,
     )
 
 
@@ -122,7 +125,7 @@ async def check_login(
 
 async def _first_node(
     endpoints: Endpoints, login: str, passcode: str, client_name: str, external: bool,
-    attempt: Callable[[str], Awaitable[Any]],
+    attempt: Callable[[str], Awaitable[Any]], near: tuple[str, int] | None = None,
 ) -> Any:
     """``attempt(url)`` on the first RabbitMQ node that answers.
 
@@ -135,7 +138,7 @@ async def _first_node(
     if size > PRE_LOGIN_FRAME_MAX:
         raise credentials_too_long(login, size, PRE_LOGIN_FRAME_MAX)
     failures = []
-    for index in endpoints.order():
+    for index in endpoints.order(near):
         try:
             result = await attempt(endpoints.urls[index])
         except AccessRefused:

@@ -26,12 +26,15 @@ class Endpoints:
         self._failures = [0] * len(self.urls)
         self._down_until = [0.0] * len(self.urls)
 
-    def order(self) -> list[int]:
-        """Indexes to try, healthy nodes first, each group in round-robin order."""
+    def order(self, near: tuple[str, int] | None = None) -> list[int]:
+        """Indexes to try, healthy nodes first, each group in round-robin order; the healthy node
+        at address ``near`` (host, port), if any, before the rest."""
         count = len(self.urls)
         rotation = [(self._next + i) % count for i in range(count)]
         now = self._clock()
         healthy = [i for i in rotation if self._down_until[i] <= now]
+        if near is not None:
+            healthy.sort(key=lambda i: self.address(i) != near)  # stable: the rest keep their turn
         backing_off = sorted((i for i in rotation if self._down_until[i] > now), key=self._down_until.__getitem__)
         return healthy + backing_off
 

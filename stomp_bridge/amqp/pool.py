@@ -79,7 +79,7 @@ class SharedConnection:
 
     __slots__ = (
         "key", "connection", "hooks", "sessions", "reserved", "opened_at", "cap", "channel_max", "_cursor",
-        "retired", "exclusive", "publishing", "linger",
+        "retired", "exclusive", "publishing", "linger", "node",
     )
 
     def __init__(self, key: tuple, connection: aiormq.Connection, hooks: Hooks, cap: int, now: float) -> None:
@@ -96,6 +96,8 @@ class SharedConnection:
         self.exclusive: dict[str, int] = {}  # exclusive queue -> channel number of its session
         self.publishing = bool(key[-1])  # one of a login's publishing connections (see the module docstring)
         self.linger: asyncio.TimerHandle | None = None  # the close of a publishing one nobody uses
+        url = getattr(connection, "url", None)  # the node it is on (host, port)
+        self.node: tuple[str, int] | None = (url.host, url.port) if url is not None else None
 
     def free_number(self) -> int:
         """A channel number up to channel_max that neither we nor aiormq hold (a closing
@@ -119,10 +121,6 @@ class SharedConnection:
             exc = future.exception() or ConnectionError("connection closed")
         for session in list(self.sessions.values()):
             session.connection_lost(exc)
-
-
-def _load(shared: SharedConnection) -> int:
-    return shared.reserved
 
 
 Opener = Callable[..., Any]  # async (login, passcode, vhost, client_name) -> (aiormq.Connection, Hooks)
@@ -170,11 +168,14 @@ class AmqpPool:
     async def acquire(
         self, login: str, passcode: str, vhost: str, client_name: str, *,
         context: Any = None, external: bool = False, publishing: bool = False,
+        near: tuple[str, int] | None = None,
     ) -> SharedConnection:
         """A connection with a channel slot reserved for the caller (``release`` gives it back).
 
         ``publishing``: a slot on one of the login's publishing connections (see the module
         docstring), for a session RabbitMQ has accepted already: no login check of its own.
+        ``near``: the node (host, port) of the session's other connection, preferred, so that
+        a session depends on one node, not two.
 
         The first ``min_connections`` sessions of a login each open a
         connection (RabbitMQ handles each connection in its own processes, so
@@ -191,7 +192,7 @@ class AmqpPool:
             roomy = [shared for shared in fresh if shared.reserved < shared.cap]
             idle = [shared for shared in roomy if shared.reserved == 0]  # a publishing one lingering
             if idle and checked:
-                shared = idle[0]
+                shared = min(idle, key=lambda s: s.node != near)
                 if shared.linger is not None:
                     shared.linger.cancel()
                     shared.linger = None
@@ -207,7 +208,7 @@ class AmqpPool:
                     await self._check(key, login, passcode, vhost, client_name, context, external)
                     checked = True
                     continue  # the connections may have changed meanwhile
-                shared = min(roomy, key=_load)
+                shared = min(roomy, key=lambda s: (s.node != near, s.reserved))  # near, least loaded
                 shared.reserved += 1
                 return shared
             try:
@@ -218,8 +219,9 @@ class AmqpPool:
         future: asyncio.Future[SharedConnection] = asyncio.get_running_loop().create_future()
         self._opening[key] = future
         try:
+            extra = {} if near is None else {"near": near}
             connection, hooks = await self._opener(
-                login, passcode, vhost, client_name, context=context, external=external
+                login, passcode, vhost, client_name, context=context, external=external, **extra
             )
         except BaseException as exc:
             future.set_exception(exc)

@@ -13,7 +13,8 @@ from stomp_bridge.protocol.errors import AccessRefused
 
 
 class FakeConnection:
-    def __init__(self, loop: asyncio.AbstractEventLoop, channel_max: int = 2047) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, channel_max: int = 2047, node: str = "a") -> None:
+        self.url = SimpleNamespace(host=node, port=5672)  # aiormq's is a yarl URL
         self.channels: dict[int, object] = {}
         self.connection_tune = SimpleNamespace(channel_max=channel_max)
         self.closing = loop.create_future()
@@ -33,6 +34,7 @@ class Opener:
         self.fail = fail
         self.channel_max = channel_max
         self.gate: asyncio.Event | None = None
+        self.nodes = ["a"]  # the nodes new connections land on, in turn
 
     async def __call__(self, login, passcode, vhost, name, **tls):
         self.calls.append((login, passcode, vhost))
@@ -42,7 +44,9 @@ class Opener:
             await self.gate.wait()
         if self.fail is not None:
             raise self.fail
-        self.made.append(FakeConnection(asyncio.get_running_loop(), self.channel_max))
+        near = tls.get("near")  # connect_any tries that node first; here it always answers
+        node = near[0] if near else self.nodes[len(self.made) % len(self.nodes)]
+        self.made.append(FakeConnection(asyncio.get_running_loop(), self.channel_max, node))
         return self.made[-1], Hooks()
 
     async def check(self, login, passcode, vhost, name, **tls):
@@ -286,5 +290,23 @@ def test_a_publishing_connection_lingers_for_the_next_session_then_closes():
         consuming = await pool.acquire("u", "p", "/", "c")
         await pool.release(consuming)
         assert consuming.connection.is_closed  # only publishing connections linger
+
+    run(main())
+
+
+def test_a_publishing_slot_is_taken_on_the_node_of_the_sessions_other_connection():
+    """A publishing session then depends on one node, not two."""
+    async def main():
+        opener = Opener()
+        opener.nodes = ["a", "b"]
+        pool = AmqpPool(opener, opener.check, min_connections=2)
+        on_a = await pool.acquire("u", "p", "/", "c")
+        on_b = await pool.acquire("u", "p", "/", "c")
+        assert (on_a.node, on_b.node) == (("a", 5672), ("b", 5672))
+        pub_b = await pool.acquire("u", "p", "/", "c", publishing=True, near=on_b.node)
+        pub_a = await pool.acquire("u", "p", "/", "c", publishing=True, near=on_a.node)
+        assert (pub_a.node, pub_b.node) == (on_a.node, on_b.node)  # opened there
+        again = await pool.acquire("u", "p", "/", "c", publishing=True, near=on_a.node)
+        assert again is pub_a  # joined there, though pub_b, as loaded, came first
 
     run(main())

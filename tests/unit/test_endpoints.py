@@ -22,6 +22,15 @@ def test_nodes_are_taken_in_turn_after_each_success():
     assert e.order() == [2, 0, 1]
 
 
+def test_a_near_node_goes_first_while_it_is_up():
+    """A session's publishing connection opens on the node of its other connection."""
+    e = Endpoints("amqp://a/,amqp://b:5673/,amqp://c/", clock=Clock())
+    assert e.order(near=("b", 5673)) == [1, 0, 2]
+    assert e.order(near=("b", 5672)) == [0, 1, 2]  # no such node: the usual turn
+    e.failed(1)
+    assert e.order(near=("b", 5673)) == [0, 2, 1]  # backing off: not first
+
+
 def test_a_failed_node_goes_last_until_its_backoff_ends_and_backoff_doubles():
     clock = Clock()
     e = Endpoints("amqp://a/,amqp://b/", clock=clock)
