@@ -68,18 +68,18 @@ class LoadResult(TrafficResult):
         hold is that it stops rising. Measured on RabbitMQ 4.3.6, 2026-11-24, on the 2-core
         development machine (a ``kill -9`` of node 1 per round at 300 connections; a kill and
         a graceful stop per round at 2,000): at 300 connections a bridge starts at 46-47 MB,
-        ends round 1 at 48-49 MB and each later round 0-1.2 MB higher until it levels off at
-        53.0 MB after 6 to 9 rounds (14 rounds: 4.9 MB above round 1 at most); at 2,000
-        (1,000 per bridge at once; a run of 4 rounds and the long version's 3) round 1 ends
-        at 60-63 MB, round 2 0-4.9 MB higher, rounds 3 and 4 at most 2.7 MB higher again.
-        The largest growth after round 1, in any number of rounds, was 4.9 MB: 10 MB is twice
-        that (10 % for a bridge above 100 MB).
+        ends round 1 at 48-49 MB and each later round 0-1.7 MB higher until it levels off
+        (at 52.4-53.0 MB, from round 4 to 9; 12 and 14 rounds run: 3.8 and 4.9 MB above
+        round 1 at most); at 2,000 (1,000 per bridge at once; runs of 4 and 3 rounds) round 1
+        ends at 60-65 MB and later rounds at most 4.9 MB above it. The largest growth after
+        round 1 in any number of rounds was 4.9 MB: 10 MB is twice that (10 % for a bridge
+        above 100 MB).
 
-        What it catches: 1,000 connections at once cost a bridge 14-16 MB (about 15 kB each,
+        What it catches: 1,000 connections at once cost a bridge 17-18 MB (about 17 kB each,
         buffers and allocator pools included), so a bridge keeping all of it for each of its
-        ~1,150 connections of a 2,000-connection round (reconnections included) would grow
-        about 17 MB a round, 34 MB over the long version's three rounds. At the CI size
-        (~155 connections per bridge and round) that is 2.3 MB a round, under the bound:
+        ~1,300 connections of a 2,000-connection round (reconnections included) would grow
+        about 22 MB a round, 44 MB over the long version's three rounds. At the CI size
+        (~200 connections per bridge and round) that is 3.3 MB a round, under the bound:
         there a kept connection shows as kept descriptors and tasks, and the bound catches
         larger growth (held message bodies, buffers that never shrink)."""
         out = [f"{self.lost} receipted messages never delivered"] if self.lost else []
