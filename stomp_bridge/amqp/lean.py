@@ -216,6 +216,9 @@ class LeanChannel:
         if self._closed:
             raise amqp_exc.ChannelInvalidStateError(f"channel {self.number} is closed")
         future: asyncio.Future[Any] = self.connection.loop.create_future()
+        # Read once done: the connection may fail this reply while its method still waits for
+        # the writer, and a caller that then gives up never awaits it (asyncio would log that).
+        future.add_done_callback(_retrieve)
         self._replies.append((expected, future))
         try:
             await self._write(method)

@@ -186,3 +186,32 @@ async def test_an_open_that_times_out_keeps_its_number_held_and_absorbs_the_late
     assert NUMBER in sessions and NUMBER in channels
     channels[NUMBER].on_method(payload(spec.Channel.OpenOk()))  # late: nobody waits, nothing breaks
     assert sessions[NUMBER].is_closed
+
+
+async def test_a_reply_failed_while_its_method_waited_for_the_writer_leaves_no_unretrieved_exception():
+    """Seen in the cluster's load test: the connection dies while an RPC's method still waits
+    for room in aiormq's write queue (its reply future already failed by connection_lost), and
+    the caller gives up (wait_for's timeout, the session's end). Nobody awaits that reply, and
+    asyncio must not log "Future exception was never retrieved" (a record at ERROR)."""
+    import gc
+
+    channel, socket, _, _ = await opened()
+    queue = asyncio.Queue(maxsize=1)
+    queue.put_nowait(object())  # the writer is stuck: the next method waits for room
+    channel.connection.write_queue = queue
+    loop = asyncio.get_running_loop()
+    logged: list[dict] = []
+    loop.set_exception_handler(lambda _loop, context: logged.append(context))
+    try:
+        declare = asyncio.ensure_future(channel.queue_declare("q"))
+        await asyncio.sleep(0)
+        channel.connection_lost(ConnectionResetError("reset"))
+        declare.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await declare
+        del declare
+        gc.collect()
+        await asyncio.sleep(0)
+    finally:
+        loop.set_exception_handler(None)
+    assert [c["message"] for c in logged] == []
