@@ -66,7 +66,7 @@ from stomp_bridge.amqp.lean import GetResult, LeanChannel
 from stomp_bridge.amqp.codec import encode_ack, encode_nack, publish_frames
 from stomp_bridge.amqp.delivery import Delivery
 from stomp_bridge.amqp.errors import broker_error
-from stomp_bridge.amqp.pool import AmqpPool, SharedConnection
+from stomp_bridge.amqp.pool import AmqpPool, SharedConnection, closing_reason
 from stomp_bridge.amqp.reader import ChannelHooks, DeliveryHook
 from stomp_bridge.protocol.dialect import Dialect, version_tuple
 from stomp_bridge.protocol.errors import BrokerError, ProtocolError, StompError
@@ -513,7 +513,7 @@ class AmqpSession:
             self.on_cancelled(frame.consumer_tag)
 
     def _on_channel_closing(self, future: asyncio.Future) -> None:
-        self.connection_lost(_closing_reason(future, "channel closed"))
+        self.connection_lost(closing_reason(future, "channel closed"))
 
     def connection_lost(self, exc: BaseException) -> None:
         """The channel or the whole connection closed: the session ends with the reason. While
@@ -526,7 +526,7 @@ class AmqpSession:
     def _on_publisher_closing(self, future: asyncio.Future) -> None:
         """RabbitMQ closed the publishing channel (a publish it refused: 404, 403 …) or its
         connection: the session ends with the reason, as if its one channel had closed."""
-        self._end(_closing_reason(future, "channel closed"))
+        self._end(closing_reason(future, "channel closed"))
 
     def _end(self, exc: BaseException) -> None:
         if self._closing or self.on_closed is None:
@@ -806,13 +806,6 @@ class AmqpSession:
             if shared.sessions.get(out.number) is channel:
                 del shared.sessions[out.number]
                 await self.pool.release(shared)
-
-
-def _closing_reason(future: asyncio.Future, default: str) -> BaseException:
-    """Why a channel's or connection's ``closing`` future finished."""
-    if future.cancelled():
-        return ConnectionError(default)
-    return future.exception() or ConnectionError(default)
 
 
 async def _unused_consumer(message: Any) -> None:  # pragma: no cover - never called

@@ -115,12 +115,16 @@ class SharedConnection:
     def lost(self, future: asyncio.Future) -> None:
         """The connection closed under its sessions: each ends with the reason."""
         self.retired = True
-        if future.cancelled():
-            exc: BaseException = ConnectionError("connection closed")
-        else:
-            exc = future.exception() or ConnectionError("connection closed")
+        exc = closing_reason(future, "connection closed")
         for session in list(self.sessions.values()):
             session.connection_lost(exc)
+
+
+def closing_reason(future: asyncio.Future, default: str) -> BaseException:
+    """Why a channel's or connection's ``closing`` future finished."""
+    if future.cancelled():
+        return ConnectionError(default)
+    return future.exception() or ConnectionError(default)
 
 
 Opener = Callable[..., Any]  # async (login, passcode, vhost, client_name) -> (aiormq.Connection, Hooks)
