@@ -130,6 +130,8 @@ class Counters:
         self.connections_refused: defaultdict[str, int] = defaultdict(int)
         self.tls_handshake_failures: defaultdict[str, int] = defaultdict(int)  # by reason
         self.websocket_upgrades = 0  # of the connections opened, those that came over WebSocket
+        self.reads_held = 0  # a client had not taken write_buffer_high bytes: its reading stopped
+        self.connections_aborted = 0  # closed, but not drained within close_timeout: aborted
         self.confirm_latency = Histogram(CONFIRM_BUCKETS)
 
 
@@ -174,6 +176,18 @@ class BridgeCollector(Collector):
             "stomp_bridge_websocket_upgrades",
             "WebSocket handshakes accepted (each then counts as a STOMP connection).",
             c.websocket_upgrades,
+        )
+        yield _counter(
+            "stomp_bridge_reads_held",
+            "Times the bridge stopped reading a client that had not taken write_buffer_high bytes sent "
+            "to it, until it took them.",
+            c.reads_held,
+        )
+        yield _counter(
+            "stomp_bridge_connections_aborted",
+            "Closing connections that had not taken what was queued for them within close_timeout, "
+            "aborted (reset).",
+            c.connections_aborted,
         )
         yield _labelled(
             "stomp_bridge_frames_received", "Frames from clients, by command (unknown commands: other).",

@@ -144,13 +144,28 @@ class Settings(BaseSettings):
     max_header_length: int = Field(64 * 1024, ge=64, description="Bytes per header line.")
     max_transactions: int = Field(16, ge=1, description="Open transactions per connection (plugin's limit).")
     max_transaction_actions: int = Field(1024, ge=1, description="Frames held per transaction.")
+    max_transaction_bytes: int = Field(
+        64 * 1024 * 1024,
+        ge=1024,
+        description="Bytes (bodies and header text) that a connection's open transactions hold "
+        "together until COMMIT or ABORT; a SEND, ACK or NACK past it: ERROR, the connection goes on.",
+    )
     max_subscriptions: int = Field(10000, ge=1, description="Subscriptions per connection.")
 
     write_buffer_high: int = Field(
         1024 * 1024,
         ge=16 * 1024,
-        description="Bytes queued for a client before the bridge stops acknowledging its deliveries "
-        "to RabbitMQ, which then stops sending (prefetch, auto_ack_window): memory stays bounded.",
+        description="Bytes queued for a client (MESSAGEs, RECEIPTs, ERRORs) before the bridge stops "
+        "reading its frames and stops acknowledging its deliveries to RabbitMQ, which then stops "
+        "sending (prefetch, auto_ack_window), until the client has taken all but a quarter: a client "
+        "that does not read costs a bounded amount of memory, before login and after.",
+    )
+    close_timeout: float = Field(
+        5.0,
+        gt=0,
+        description="Seconds a connection being closed (after an ERROR, a DISCONNECT, at shutdown) has "
+        "to take what is still queued for it; then its socket is aborted "
+        "(stomp_bridge_connections_aborted_total).",
     )
     login_failures_per_minute: int = Field(
         10,

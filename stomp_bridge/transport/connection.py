@@ -8,7 +8,12 @@ its Connection.
 The loop reads a chunk, lets the parser cut it into frames, hands each frame to
 the session, then flushes the session's AMQP batch once per chunk. Not reading
 while a frame is being handled is the backpressure towards the client: a slow
-broker (or a blocked connection) stops the socket reads.
+broker (or a blocked connection) stops the socket reads. So is not reading while
+the client does not take what it was sent: past ``write_buffer_high`` bytes queued
+for it (ERRORs, RECEIPTs, MESSAGEs, before login and after) the loop waits for the
+link to drain, as the plugin's reader blocks on its socket, so a client that sends
+and never reads costs a bounded number of bytes, not what its frames earned. A
+closed connection gets ``close_timeout`` to take what is queued, then it is aborted.
 """
 
 from __future__ import annotations
@@ -85,8 +90,10 @@ class Link(Protocol):
     def send(self, frames: list[bytes]) -> int: ...  # returns the bytes accepted
     def is_closing(self) -> bool: ...
     def close(self) -> None: ...  # after what was sent has gone out
+    def abort(self) -> None: ...  # now, dropping whatever is still queued
+    def gone(self) -> Awaitable[None]: ...  # until the socket is closed (connection_lost)
     def pause_reading(self) -> None: ...
-    async def drain(self) -> None: ...  # until below the high-water mark
+    async def drain(self) -> None: ...  # until below the low-water mark; at once once closing
     def writable(self) -> bool: ...  # below the high-water mark now (no waiting)
 
 
@@ -102,7 +109,7 @@ class TcpLink(asyncio.Protocol):
 
     __slots__ = (
         "transport", "task", "_on_connect", "_high", "_chunks", "_size", "_waiter", "_eof", "_error",
-        "_flow_paused", "_held", "_write_paused", "_drain_waiters",
+        "_flow_paused", "_held", "_write_paused", "_drain_waiters", "_lost",
     )
 
     def __init__(self, on_connect: Callable[[TcpLink], None], high: int) -> None:
@@ -119,6 +126,7 @@ class TcpLink(asyncio.Protocol):
         self._held = False  # paused for good (shutdown)
         self._write_paused = False
         self._drain_waiters: list[asyncio.Future[None]] = []
+        self._lost: asyncio.Future[None] | None = None  # made by gone(), done by connection_lost
 
     # -- asyncio.Protocol ------------------------------------------------------------
 
@@ -149,6 +157,11 @@ class TcpLink(asyncio.Protocol):
         self._error = exc
         self._wake()
         self._release_drain_waiters()
+        lost = self._lost
+        if lost is None:
+            self._lost = lost = asyncio.get_running_loop().create_future()
+        if not lost.done():
+            lost.set_result(None)
 
     def pause_writing(self) -> None:
         self._write_paused = True
@@ -204,6 +217,16 @@ class TcpLink(asyncio.Protocol):
     def close(self) -> None:
         if self.transport is not None:
             self.transport.close()
+        self._release_drain_waiters()  # a loop waiting for room carries on to its end
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+    def gone(self) -> asyncio.Future[None]:
+        if self._lost is None:
+            self._lost = asyncio.get_running_loop().create_future()
+        return self._lost
 
     def pause_reading(self) -> None:
         self._held = True
@@ -257,7 +280,7 @@ class Connection:
 
     __slots__ = (
         "counters", "_initial", "link", "settings", "loop", "peer", "last_read", "last_write",
-        "_timers", "_out", "session", "_logging_in", "reading_since",
+        "_timers", "_out", "_out_size", "_high", "_abort", "session", "_logging_in", "reading_since",
     )
 
     def __init__(
@@ -290,6 +313,9 @@ class Connection:
         # timer replaces its predecessor, so a long-lived connection holds three at most.
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._out: list[bytes] = []
+        self._out_size = 0  # bytes in _out
+        self._high = settings.write_buffer_high  # queued for the client past this: read no more
+        self._abort: asyncio.TimerHandle | None = None  # a closed link's deadline to drain
         self._logging_in = False  # a CONNECT arrived: connect_timeout no longer applies
         self.session = Session(
             settings,
@@ -306,6 +332,9 @@ class Connection:
             security=security,
             throttle=throttle,
         )
+        # The session makes its Transactions with the default byte bound; until it passes
+        # max_transaction_bytes itself (the sans-I/O core will), the setting is applied here.
+        self.session.transactions.max_bytes = settings.max_transaction_bytes
 
     def _write(self, data: bytes) -> None:
         """Coalesce frames into one socket write.
@@ -319,6 +348,7 @@ class Connection:
         if not out:
             self.loop.call_soon(self._flush_out)
         out.append(data)
+        self._out_size += len(data)
 
     def _flush_out(self) -> None:
         out = self._out
@@ -328,14 +358,53 @@ class Connection:
             self.counters.bytes_out += self.link.send(out)
             self.last_write = self.loop.time()
         out.clear()
+        self._out_size = 0
+
+    async def _until_taken(self) -> None:
+        """The client has more than write_buffer_high bytes it has not taken: read none of its
+        frames until it takes them (down to a quarter), as the plugin's reader blocks on its socket.
+
+        Without this, an ERROR that keeps the connection (Bad command, Illegal command before
+        login, ...) or a RECEIPT was written whatever the client read, and a client that sent junk
+        and never read drove the bridge's memory up without bound (about 29 bytes of ERROR per
+        byte of junk). The client's silence meanwhile is the bridge's (``reading_since`` None).
+        """
+        self._flush_out()
+        link = self.link
+        if link.writable() or link.is_closing():
+            return
+        self.counters.reads_held += 1
+        await link.drain()
 
     def _close(self) -> None:
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
         self._flush_out()
-        if not self.link.is_closing():
-            self.link.close()
+        link = self.link
+        if not link.is_closing():
+            link.close()
+        if self._abort is None:
+            # What is queued for the client goes out first (an ERROR, a DISCONNECT's RECEIPT), but
+            # a client that does not read must not keep the socket and its buffer for ever.
+            self._abort = self.loop.call_later(self.settings.close_timeout, self._abort_link)
+
+    def _abort_link(self) -> None:
+        if not self.link.gone().done():
+            self.counters.connections_aborted += 1
+            self.link.abort()
+
+    async def _link_gone(self) -> None:
+        """Returns once the socket is closed: at once, or after close_timeout (then aborted).
+        Until then the connection counts against max_connections and max_connections_per_ip."""
+        try:
+            await self.link.gone()
+        except asyncio.CancelledError:
+            self.link.abort()
+            raise
+        finally:
+            if self._abort is not None:
+                self._abort.cancel()
 
     async def run(self) -> None:
         session = self.session
@@ -344,11 +413,17 @@ class Connection:
         frames_in = counters.frames_in
         read = self.link.read
         debug = log.isEnabledFor(logging.DEBUG)
+        link = self.link
+        high = self._high
         started = self.loop.time()
         self._timers["connect"] = self.loop.call_later(self.settings.connect_timeout, self._connect_timeout)
         handled = 0
         try:
             while not session.closed:
+                if not link.writable():
+                    await self._until_taken()
+                    if session.closed:
+                        break
                 if self._initial:
                     data, self._initial = self._initial, b""
                 else:
@@ -369,7 +444,10 @@ class Connection:
                         # A chunk can hold thousands of frames: let other clients in meanwhile.
                         await session.flush()
                         self._flush_out()
-                        await asyncio.sleep(0)
+                        if link.writable():
+                            await asyncio.sleep(0)
+                        else:
+                            await self._until_taken()
                     # The client names the command: anything but STOMP's own is "other" (a label
                     # per invented command would grow /metrics without bound).
                     frames_in[frame.command if frame.command in CLIENT_COMMANDS else "other"] += 1
@@ -385,6 +463,8 @@ class Connection:
                     await session.handle(frame)
                     if not connected_before and session.amqp is not None:
                         self._start_heartbeats()
+                    if self._out_size >= high:  # one frame's answers (a COMMIT's) filled the mark
+                        await self._until_taken()
                 await session.flush()
                 self._flush_out()
         except StompError as exc:
@@ -397,6 +477,7 @@ class Connection:
         finally:
             self._close()
             await session.close()
+            await self._link_gone()
             reason = session.close_reason or "client closed"
             counters.connections_closed[reason] += 1
             log.info(

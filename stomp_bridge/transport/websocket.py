@@ -92,6 +92,7 @@ class WebSocketLink(asyncio.Protocol):
         self._reader: asyncio.Future[None] | None = None
         self._reading_paused = False  # by the buffer bound
         self._paused = False  # by shutdown; stays paused
+        self._write_blocked = False  # by the write buffer: the client does not take what it is sent
         self._writable: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._lost: asyncio.Future[None] = self.loop.create_future()
@@ -157,8 +158,24 @@ class WebSocketLink(asyncio.Protocol):
     def pause_writing(self) -> None:
         if self._writable is None:
             self._writable = self.loop.create_future()
+        # Nothing more is read from a client that does not take what it is sent: websockets
+        # answers pings (and the Connection answers frames) as they are read, so reading on
+        # would queue its pongs without bound.
+        transport = self.transport
+        if not self._write_blocked and transport is not None and not transport.is_closing():
+            self._write_blocked = True
+            if not (self._paused or self._reading_paused):
+                transport.pause_reading()
 
     def resume_writing(self) -> None:
+        self._release_writable()
+        transport = self.transport
+        if self._write_blocked:
+            self._write_blocked = False
+            if transport is not None and not transport.is_closing() and not (self._paused or self._reading_paused):
+                transport.resume_reading()
+
+    def _release_writable(self) -> None:
         writable, self._writable = self._writable, None
         if writable is not None and not writable.done():
             writable.set_result(None)
@@ -271,9 +288,10 @@ class WebSocketLink(asyncio.Protocol):
         data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         chunks.clear()
         self._buffered = 0
-        if self._reading_paused and not self._paused and self.transport is not None:
+        if self._reading_paused:
             self._reading_paused = False
-            self.transport.resume_reading()
+            if not (self._paused or self._write_blocked) and self.transport is not None:
+                self.transport.resume_reading()
         return data
 
     def send(self, frames: list[bytes]) -> int:
@@ -314,14 +332,24 @@ class WebSocketLink(asyncio.Protocol):
             ws.send_close(CloseCode.NORMAL_CLOSURE)
             self._write_pending()
         self._end()
+        self._release_writable()  # a loop waiting for room carries on to its end
         transport = self.transport
         if transport is not None and not transport.is_closing():
             if self._paused or self._reading_paused:
-                # The client's answering close frame must get in, whoever paused reading.
+                # The client's answering close frame must get in, whoever paused reading; once it
+                # takes what it was sent, if writing holds reading (resume_writing).
                 self._paused = self._reading_paused = False
-                transport.resume_reading()
+                if not self._write_blocked:
+                    transport.resume_reading()
             if self._timer is None:
                 self._timer = self.loop.call_later(CLOSE_TIMEOUT, transport.abort)
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+    def gone(self) -> asyncio.Future[None]:
+        return self._lost
 
     def pause_reading(self) -> None:
         self._paused = True
@@ -329,7 +357,7 @@ class WebSocketLink(asyncio.Protocol):
             self.transport.pause_reading()
 
     async def drain(self) -> None:
-        if self._writable is not None:
+        if self._writable is not None and not self.is_closing():
             await asyncio.shield(self._writable)
 
     def writable(self) -> bool:
@@ -345,7 +373,8 @@ class WebSocketLink(asyncio.Protocol):
         self._wake()
         if self._buffered >= READ_BUFFER and not self._reading_paused and self.transport is not None:
             self._reading_paused = True  # the Connection reads again when it is ready: backpressure
-            self.transport.pause_reading()
+            if not (self._paused or self._write_blocked):
+                self.transport.pause_reading()
 
     def _end(self) -> None:
         self._eof = True
