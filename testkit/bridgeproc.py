@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,7 +56,9 @@ async def _serve(stats_path: str) -> None:
     tmp = stats_path + ".tmp"
     while not stop.is_set():
         stats = {
-            "port": server.port,
+            "port": server.port if settings.port is not None else None,
+            "tls_port": server.tls_port if settings.tls_port is not None else None,
+            "ws_port": server.ws_port,
             "http_port": server.ops.port if server.ops else None,
             "tasks": len(asyncio.all_tasks()),
             "connections": server.connection_count,
@@ -157,6 +160,19 @@ class BridgeProcess:
             if stats["time"] >= now or time.monotonic() > deadline:
                 return stats
             time.sleep(0.1)
+
+    def metric(self, name: str, labels: str = "") -> float:
+        """One sample of the bridge's /metrics, e.g. ``metric("stomp_bridge_reads_held_total")``;
+        0 when the bridge does not report it."""
+        url = f"http://127.0.0.1:{self.stats()['http_port']}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            text = response.read().decode()
+        wanted = name + labels
+        for line in text.splitlines():
+            key, _, value = line.rpartition(" ")
+            if key == wanted:
+                return float(value)
+        return 0.0
 
     def rss_kb(self, field: str = "VmRSS") -> int:
         """Resident memory now (``VmHWM``: the highest since the start or :meth:`reset_peak_rss`)."""

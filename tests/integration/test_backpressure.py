@@ -9,6 +9,7 @@ queue, not in the server's memory, and none is lost.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 
 import aiormq
@@ -76,3 +77,77 @@ def test_slow_consumer_leaves_messages_in_the_queue_and_loses_none(connected, br
         consumer.receipt("ACK", {"id": frame["ack"]}, receipt_id="all-acked")  # cumulative
     consumer.no_frame(0.5)
     assert _ready(broker.amqp_url, name) == 0
+
+
+# -- a client that sends and never reads ------------------------------------------------------
+#
+# Every junk frame earns an ERROR that keeps the connection ("Bad command"). The plugin's reader
+# blocks on its socket once the client stops taking them, and reads nothing more; the bridge
+# stops reading the client once write_buffer_high bytes wait for it. Either way the client's
+# writes stall long before all it wants to send is through, and once it reads, everything goes
+# on: one ERROR per junk frame, then the RECEIPT of the frame after them. (Before the bridge did
+# this, it read on and queued every ERROR: 29 bytes of memory per byte of junk.)
+
+JUNK_FRAME = b"JUNK\nx:" + b"v" * 1010 + b"\n\n\0"  # 1 KiB: about 0.1 byte of ERROR per byte
+JUNK_LIMIT = 64 * 1024 * 1024  # what the client tries to write unread; kernel buffers hold ~40 MB
+
+
+def _count_errors_until_receipt(sock, receipt: bytes, counted: list[int]) -> None:
+    tail = b""
+    errors = 0
+    while receipt not in tail:
+        chunk = sock.recv(1 << 20)
+        if not chunk:
+            raise ConnectionError(f"closed after {errors} ERRORs")
+        data = tail + chunk
+        errors += data.count(b"ERROR\n") - tail.count(b"ERROR\n")
+        tail = data[-200:]
+    counted.append(errors)
+
+
+def test_a_client_that_sends_junk_and_never_reads_is_not_read_until_it_reads(stomp_target, unique):
+    import threading
+
+    from testkit.flood import login, unread_socket, write_until_stalled
+
+    sock = unread_socket(stomp_target.port, stomp_target.host)
+    try:
+        login(sock)
+        written = write_until_stalled(sock, JUNK_FRAME * 64, JUNK_LIMIT)
+        assert written < JUNK_LIMIT, "the server read every byte of a client that never read its ERRORs"
+        counted: list[int] = []
+        sock.settimeout(60)  # for the reader and the writer alike, before either uses it
+        reader = threading.Thread(target=_count_errors_until_receipt, args=(sock, b"receipt-id:after-junk", counted))
+        reader.start()
+        rest = -written % len(JUNK_FRAME)  # the junk frame cut short by the stall
+        sock.sendall(JUNK_FRAME[len(JUNK_FRAME) - rest:] if rest else b"")
+        sock.sendall(f"SEND\ndestination:/topic/junk-{unique}\nreceipt:after-junk\n\nx\0".encode())
+        reader.join(90)
+        assert counted == [(written + rest) // len(JUNK_FRAME)]
+    finally:
+        sock.close()
+
+
+@pytest.mark.skipif(os.environ.get("STOMP_BRIDGE_TEST_TARGET") == "native", reason="bridge settings")
+def test_a_connection_closed_while_its_client_does_not_read_is_aborted_after_close_timeout(bridge):
+    """Before login, junk until the bridge stops reading, then the connect timeout's ERROR: the
+    bridge closes, but what is queued never goes out. After close_timeout the socket is reset, so
+    it neither stays ESTABLISHED with its buffer nor counts as closed while it does."""
+    import errno
+    import socket
+
+    from testkit.flood import JUNK, unread_socket, write_until_stalled
+
+    server = bridge(connect_timeout=1, close_timeout=1)
+    counters = server._server.counters
+    sock = unread_socket(server.port)
+    try:
+        write_until_stalled(sock, JUNK * 4096, JUNK_LIMIT, stall=1.0)
+        deadline = time.monotonic() + 20
+        while counters.connections_closed["Connect timeout"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)  # counted once the socket is gone: no event reaches the test's thread
+        assert counters.connections_closed["Connect timeout"] == 1
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == errno.ECONNRESET
+        assert counters.connections_aborted == 1
+    finally:
+        sock.close()

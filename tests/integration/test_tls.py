@@ -37,6 +37,24 @@ def test_tls_only_bridge_serves_stomp_over_tls(bridge, tls_settings, tls_dial, r
     _send_and_get(conn, rabbit, queues, unique)
 
 
+def test_a_tls_client_that_sends_junk_and_never_reads_is_not_read(bridge, tls_settings, test_pki):
+    """As on plain TCP (test_backpressure.py): once write_buffer_high bytes of ERRORs wait for
+    the client, the bridge reads nothing more from it; before, it read on and queued them all."""
+    from testkit.flood import login, unread_socket, write_until_stalled
+    from tests.integration.test_backpressure import JUNK_FRAME, JUNK_LIMIT
+    from tests.integration.tls_support import client_context
+
+    b = bridge(**tls_settings)
+    sock = client_context(test_pki).wrap_socket(unread_socket(b.tls_port))
+    try:
+        login(sock)
+        written = write_until_stalled(sock, JUNK_FRAME * 64, JUNK_LIMIT)
+        assert written < JUNK_LIMIT, "the bridge read every byte of a TLS client that never read its ERRORs"
+        assert b._server.counters.reads_held >= 1
+    finally:
+        sock.close()
+
+
 def _handshake_failures(b) -> dict[str, float]:
     """stomp_bridge_tls_handshake_failures_total by reason, as /metrics shows it."""
     import re

@@ -642,6 +642,27 @@ def test_an_oversized_message_is_cut_off_unbuffered_with_1009_and_costs_only_its
     assert after[1] - before[1] < PEAK_GROWTH
 
 
+@pytest.mark.parametrize("flood", ["junk", "pings"])
+def test_a_websocket_client_that_sends_and_never_reads_is_not_read(ws_bridge, flood):
+    """Junk STOMP frames (each an ERROR, one message each) or pings (each a pong, answered by
+    websockets as it reads them) from a client that reads nothing: once write_buffer_high bytes
+    wait for it the bridge reads no more, so its writes stall. Before, it read on and queued every
+    answer (64 MB of pings: 57 MB more RSS in a bridge process)."""
+    from testkit.flood import PING, login, unread_socket, write_until_stalled, ws_frame, ws_upgrade
+    from tests.integration.test_backpressure import JUNK_FRAME, JUNK_LIMIT
+
+    server = ws_bridge()
+    sock = unread_socket(server.ws_port)
+    try:
+        ws_upgrade(sock)
+        login(sock, send=ws_frame)
+        data = ws_frame(JUNK_FRAME * 64) if flood == "junk" else ws_frame(b"p" * 125, PING) * 512
+        written = write_until_stalled(sock, data, JUNK_LIMIT)
+        assert written < JUNK_LIMIT, f"the bridge read every byte of {flood} from a client that never read"
+    finally:
+        sock.close()
+
+
 def test_proxy_protocol_header_from_an_untrusted_peer_is_refused_before_the_upgrade(ws_bridge):
     """A peer outside proxy_protocol_trusted could name any client in its header: its
     connection is closed before anything is read, as for a bad header."""

@@ -65,6 +65,7 @@ class FakeTransport:
         self.written: list[bytes] = []
         self.buffered = 0
         self.extra: dict = {}
+        self.aborted = False
 
     def set_write_buffer_limits(self, high: int, low: int) -> None:
         self.limits = (high, low)
@@ -80,6 +81,9 @@ class FakeTransport:
 
     def close(self) -> None:
         self.closing = True
+
+    def abort(self) -> None:
+        self.closing = self.aborted = True
 
     def write(self, data: bytes) -> None:
         self.written.append(data)
@@ -165,3 +169,50 @@ async def test_tcp_link_keeps_its_side_open_after_the_clients_eof_except_over_tl
     tls_link, tls_transport, _ = _tcp_link()
     tls_transport.extra["sslcontext"] = object()
     assert tls_link.eof_received() is False
+
+
+async def test_tcp_link_close_releases_a_loop_waiting_for_room_and_gone_waits_for_the_socket():
+    """A connection closed while its client does not read (an ERROR after a junk flood) must not
+    leave its loop waiting for room that never comes; ``gone`` is the socket's real end."""
+    link, transport, asyncio = _tcp_link()
+    link.pause_writing()
+    waiting = asyncio.ensure_future(link.drain())
+    gone = link.gone()
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    link.close()
+    await waiting
+    assert not gone.done()  # closing: what is queued may still go out
+    link.abort()
+    assert transport.aborted
+    link.connection_lost(None)
+    assert gone.done() and link.gone() is gone
+
+
+async def test_tcp_link_gone_after_the_end_is_done_at_once():
+    link, _, _ = _tcp_link()
+    link.connection_lost(ConnectionResetError())
+    assert link.gone().done()
+
+
+# -- WebSocketLink: reading stops while writing is paused (pings are answered as they are read) --
+
+class FakeGateway:
+    def __init__(self, settings) -> None:
+        self.settings = settings
+
+
+async def test_websocket_link_stops_reading_while_its_client_does_not_take_what_it_is_sent():
+    from stomp_bridge.transport.websocket import WebSocketLink
+
+    link = WebSocketLink(FakeGateway(Settings(ws_port=0, port=None, http_port=None)), Settings(port=None))
+    transport = FakeTransport()
+    link.connection_made(transport)
+    link.pause_writing()
+    assert transport.paused and not link.writable()
+    link.resume_writing()
+    assert not transport.paused and link.writable()
+    link.pause_reading()  # shutdown holds reading for good: resuming writes does not undo it
+    link.pause_writing()
+    link.resume_writing()
+    assert transport.paused

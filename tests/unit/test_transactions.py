@@ -106,3 +106,39 @@ def test_transaction_commands_need_the_header(command):
         transaction_id({}, command)
     assert err.value.message == "Missing transaction"
     assert err.value.detail == f"\"{command}\" must include a 'transaction' header\n"
+
+
+def test_the_bytes_held_by_a_connections_transactions_are_bounded_together():
+    """Frames are counted with their headers (name, colon, value, EOL), across transactions."""
+    frame = _send("a", b"x" * 100)  # 100 + len("destination:/queue/a\n") + len("transaction:a\n")
+    size = 100 + 21 + 14
+    txs = Transactions(max_transactions=4, max_actions=100, max_bytes=3 * size)
+    txs.begin("a")
+    txs.begin("b")
+    assert txs.hold(frame) and txs.hold(frame)
+    assert txs.hold(_send("b", b"y" * 100))  # "b" is as long as "a"
+    assert (txs.bytes, txs.held_bytes) == ({"a": 2 * size, "b": size}, 3 * size)
+    with pytest.raises(FrameRejected) as err:
+        txs.hold(_send("b", b"z"))
+    assert err.value.message == "Transaction too large"
+    assert f"limit {3 * size} bytes" in err.value.detail and "max_transaction_bytes" in err.value.detail
+    assert len(txs.commit("b")) == 1  # the refused frame was not held
+
+
+@pytest.mark.parametrize("end", ["commit", "abort", "begin again", "clear"])
+def test_bytes_are_given_back_when_a_transaction_ends_or_restarts(end):
+    txs = Transactions(max_transactions=4, max_actions=100, max_bytes=1000)
+    txs.begin("t")
+    txs.hold(_send("t", b"x" * 900))
+    with pytest.raises(FrameRejected, match="Transaction too large"):
+        txs.hold(_send("t", b"x" * 900))
+    if end == "begin again":
+        txs.begin("t")
+    elif end == "clear":
+        txs.clear()
+        txs.begin("t")
+    else:
+        getattr(txs, end)("t")
+        txs.begin("t")
+    assert txs.held_bytes == 0
+    assert txs.hold(_send("t", b"x" * 900))
