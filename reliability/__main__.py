@@ -5,6 +5,8 @@
     python -m reliability --long --soak-seconds 300 --only soak,faults --json out.json
     python -m reliability --only cluster [--long]  # node failures, rolling restarts, alarms, load
                                                    # on the three-node 4.3 cluster (reliability/cluster.py)
+    python -m reliability --only siege --siege-targets bridge,native  # the hostile mode, side by side
+                                                   # with RabbitMQ's plugin (--native-port, 61613)
 
 Needs the RabbitMQ the tests use (STOMP_BRIDGE_TEST_AMQP_URL or 127.0.0.1:5672,
 management API on 15672). The RabbitMQ-restart scenario starts a private node
@@ -25,22 +27,22 @@ import time
 import urllib.parse
 from pathlib import Path
 
-from . import cluster, faults, fuzz_parser, fuzz_session, hostile, soak
+from . import cluster, faults, fuzz_parser, fuzz_session, hostile, siege, soak
 from testkit.management import Management
 
 from .broker import PrivateRabbit
 
-PARTS = ["parser", "session", "hostile", "faults", "soak"]
+PARTS = ["parser", "session", "hostile", "siege", "faults", "soak"]
 EXTRA_PARTS = ["cluster"]  # only when asked (--only): it starts scripts/rabbitmq-cluster
 
 PROFILES = {
     "short": {"fuzz_runs": 20_000, "sessions": 150, "window": 1.5, "subscriptions": 500, "baseline": 2.0,
               "fault_seconds": 6.0, "kill_seconds": 6.0, "rabbit_seconds": 8.0, "rabbit_restarts": 2,
-              "soak_seconds": 20.0, "cluster_faults": 1, "cluster_messages": 300, "cluster_rounds": 1,
+              "soak_seconds": 20.0, "siege_seconds": 10.0, "cluster_faults": 1, "cluster_messages": 300, "cluster_rounds": 1,
               "cluster_alarms": 1, "cluster_connections": 300, "cluster_load_messages": 10, "cluster_load_rounds": 2},
     "long": {"fuzz_runs": 1_000_000, "sessions": 5_000, "window": 10.0, "subscriptions": 10_000, "baseline": 10.0,
              "fault_seconds": 120.0, "kill_seconds": 60.0, "rabbit_seconds": 60.0, "rabbit_restarts": 6,
-             "soak_seconds": 1200.0, "cluster_faults": 5, "cluster_messages": 3000, "cluster_rounds": 3,
+             "soak_seconds": 1200.0, "siege_seconds": 60.0, "cluster_faults": 5, "cluster_messages": 3000, "cluster_rounds": 3,
              "cluster_alarms": 3, "cluster_connections": 2000, "cluster_load_messages": 20, "cluster_load_rounds": 3},
 }
 
@@ -56,7 +58,8 @@ def management() -> Management:
                       timeout=30)
 
 
-async def run(parts: list[str], p: dict, work: Path, log) -> dict:
+async def run(parts: list[str], p: dict, work: Path, log, siege_targets: tuple[str, ...] = ("bridge",),
+              native_port: int = 61613) -> dict:
     out: dict = {"profile": p}
     mgmt = management()
     url = amqp_url()
@@ -75,6 +78,11 @@ async def run(parts: list[str], p: dict, work: Path, log) -> dict:
             out["hostile"] = await hostile.run(url, vhost, p["window"], p["subscriptions"], p["baseline"])
         finally:
             mgmt.delete_vhost(vhost)
+    if "siege" in parts:
+        out["siege"] = []
+        for target in siege_targets:
+            log(f"hostile mode (siege), {target}, {p['siege_seconds']:g} s ...")
+            out["siege"].append(await siege.run(url, mgmt, p["siege_seconds"], target, native_port))
     if "faults" in parts:
         log("fault injection: proxies ...")
         out["faults"] = {"proxies": await faults.proxies(url, mgmt, p["fault_seconds"])}
@@ -141,6 +149,15 @@ def summary(out: dict) -> str:
         text.append(table([(r["attack"], r["connections"], r["n"], r["p50_ms"], r["p99_ms"]) for r in out["hostile"]["rows"]],
                           ("attack", "hostile conns", "round trips", "p50 ms", "p99 ms")))
         text.append("outcomes: " + ", ".join(f"{k}: {v}" for k, v in out["hostile"]["outcomes"].items()))
+    if "siege" in out:
+        text.append("\nhostile mode: every attack at once beside a resending publisher and a consumer "
+                    "(lost must be 0; logins: fresh ones in within 1 s / tried, slowest):")
+        text.append(siege_table(out["siege"]))
+        for r in out["siege"]:
+            text.append(f"{r['target']}: " + "; ".join(
+                f"{name} {a['connections']} conns, {a['mb_written']} MB written"
+                + (", " + ", ".join(f"{k} {v}" for k, v in a["answers"].items()) if a["answers"] else "")
+                for name, a in r["attacks"].items()))
     if "faults" in out:
         text.append("\nresending client under faults (every SEND resent until receipted):")
         text.append(table([(name, t.faults, t.sent, t.sends, t.reconnects, t.received, t.lost, t.duplicated)
@@ -177,6 +194,18 @@ def summary(out: dict) -> str:
     return "\n".join(text)
 
 
+def siege_table(results: list[dict]) -> str:
+    def logins(probe: dict) -> str:
+        slowest = f", slowest {probe['max_s']} s" if probe["max_s"] is not None else ""
+        return f"{probe['in_within_1s']}/{probe['tries']}{slowest}"
+
+    return table([(r["target"], r["seconds"], r["sent"], r["lost"], r["rss_mb"]["before"], r["rss_mb"]["peak"],
+                   r.get("bound_mb", "-"), r["rss_mb"]["after"], logins(r["logins"]["attacked user"]),
+                   logins(r["logins"]["other user"])) for r in results],
+                 ("server", "s", "messages", "lost", "RSS MB before", "peak", "bound", "after",
+                  "attacked user in", "other user in"))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m reliability", description=__doc__.split("\n\n")[0])
     mode = parser.add_mutually_exclusive_group()
@@ -186,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"comma-separated parts: {','.join(PARTS + EXTRA_PARTS)} (default: {','.join(PARTS)})")
     for key, value in PROFILES["short"].items():
         parser.add_argument("--" + key.replace("_", "-"), type=type(value), default=None)
+    parser.add_argument("--siege-targets", default="bridge",
+                        help="the hostile mode's servers, comma-separated: bridge, native (default: bridge)")
+    parser.add_argument("--native-port", type=int, default=61613, help="RabbitMQ's STOMP plugin (default: 61613)")
     parser.add_argument("--json", help="write the full results here")
     parser.add_argument("--work", help="directory for the fuzzing corpus (default: a temporary one)")
     args = parser.parse_args(argv)
@@ -196,13 +228,18 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.work or tempfile.mkdtemp(prefix="reliability-"))
     started = time.monotonic()
     log = lambda m: print(f"[{time.monotonic() - started:7.1f} s] {m}", file=sys.stderr, flush=True)  # noqa: E731
-    out = asyncio.run(run(parts, profile, work, log))
+    targets = tuple(t for t in args.siege_targets.split(",") if t)
+    out = asyncio.run(run(parts, profile, work, log, targets, args.native_port))
     print(summary(out))
     if args.json:
         def default(o):
             return o.__dict__ if hasattr(o, "__dict__") else str(o)
         Path(args.json).write_text(json.dumps(out, indent=1, default=default))
-    problems = out.get("soak", {}).get("problems")
+    problems = list(out.get("soak", {}).get("problems") or [])
+    problems += [f"{r['target']}: {p}" for r in out.get("siege", []) if r["target"] == "bridge"
+                 for p in siege.problems(r)]
+    for problem in problems:
+        print(f"problem: {problem}", file=sys.stderr)
     return 1 if problems else 0
 
 

@@ -59,7 +59,8 @@ def login(sock: socket.socket, vhost: str = "/", user: str = "guest", passcode: 
 
 def write_until_stalled(sock: socket.socket, data: bytes, limit: int, stall: float = 2.0) -> int:
     """Write ``data`` over and over until ``limit`` bytes went out or the socket took nothing for
-    ``stall`` seconds (the server stopped reading); the bytes written. Never reads."""
+    ``stall`` seconds (the server stopped reading); the bytes written. Never reads. A server
+    that closed or reset the connection raises (``BrokenPipeError``, ``ConnectionResetError``)."""
     sock.setblocking(False)
     written = 0
     view = memoryview(data)
@@ -74,8 +75,6 @@ def write_until_stalled(sock: socket.socket, data: bytes, limit: int, stall: flo
             if isinstance(sock, ssl.SSLSocket):
                 time.sleep(0.001)  # writable at TCP, but TLS may still want more room: no busy loop
             continue
-        except OSError:
-            break  # the server closed or reset the connection
         written += n
         offset = (offset + n) % len(data)
     return written
