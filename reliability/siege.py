@@ -13,7 +13,7 @@ For the window, each attack keeps going, reconnecting whenever the server closes
 
 Meanwhile a resending publisher (:class:`.faults.ResendingProducer`) sends persistent messages to
 a queue a consumer reads and acks, and login probes log in, once a second each, the attacked user
-with its right password and another user. Reported: lost messages (must be 0), the server's RSS
+with its right password and another user (both users in service: each logged in once before). Reported: lost messages (must be 0), the server's RSS
 before, at its peak and after, and each probe's time to CONNECTED. The bridge's peak must stay
 within :func:`rss_bound_mb`, derived from its settings.
 """
@@ -360,6 +360,9 @@ async def _siege(server: Target, amqp_url: str, vhost: str, seconds: float, vict
     producer = ResendingProducer(port, vhost, queue, publishing, tally, "siege", window=16, silence=20.0)
     well_behaved = [asyncio.create_task(producer.run(asyncio.get_running_loop().time() + seconds + 120)),
                     asyncio.create_task(_consume(port, vhost, queue, consumed, acked))]
+    for user, password in (victim, other):  # users in service: each has logged in before
+        client = await StompClient.connect(port, vhost, login=user, passcode=password, timeout=15)
+        await client.close()
     await asyncio.sleep(1.0)  # warm: the well-behaved clients are in
     before = server.rss_kb()
     if server.bridge is not None:
