@@ -24,7 +24,6 @@ import asyncio
 import contextlib
 import multiprocessing
 import socket
-import subprocess
 import threading
 import time
 import uuid
@@ -35,7 +34,7 @@ from dataclasses import dataclass, field
 
 from stomp_bridge.settings import Settings
 from stomp_bridge.transport.connection import READ_SIZE
-from testkit.bridgeproc import BridgeProcess
+from testkit.bridgeproc import BridgeProcess, listener_pid, rss_kb
 from testkit.flood import JUNK, login, read_frame, unread_socket, write_until_stalled
 from testkit.management import Management
 from testkit.stomp import ClientError, StompClient
@@ -93,29 +92,13 @@ class Target:
     samples: list[int] = field(default_factory=list)  # RSS kB, every 0.2 s
 
     def rss_kb(self) -> int:
-        try:
-            with open(f"/proc/{self.pid}/status") as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        return int(line.split()[1])
-        except OSError:
-            pass
-        return 0
+        return rss_kb(self.pid)
 
     async def sample(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             self.samples.append(self.rss_kb())
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), 0.2)
-
-
-def listener_pid(port: int) -> int:
-    """The process listening on ``port`` (RabbitMQ's node for its plugin's port), from ss."""
-    out = subprocess.run(["ss", "-ltnpH", f"sport = :{port}"], capture_output=True, text=True,
-                         check=False).stdout
-    for part in out.split("pid=")[1:]:
-        return int(part.split(",", 1)[0])
-    raise RuntimeError(f"no process found listening on port {port} (ss -ltnp): is the plugin enabled?")
 
 
 # -- attacks -------------------------------------------------------------------------------------

@@ -88,6 +88,28 @@ def main() -> None:
         asyncio.run(_serve(sys.argv[1]))
 
 
+def listener_pid(port: int) -> int:
+    """The process listening on ``port`` on this machine (``ss -ltnp``): RabbitMQ's node, to
+    measure its STOMP plugin from outside as a BridgeProcess is measured."""
+    out = subprocess.run(["ss", "-ltnpH", f"sport = :{port}"], capture_output=True, text=True,
+                         check=False).stdout
+    for part in out.split("pid=")[1:]:
+        return int(part.split(",", 1)[0])
+    raise RuntimeError(f"no process found listening on port {port} (ss -ltnp): is the plugin enabled?")
+
+
+def rss_kb(pid: int, field: str = "VmRSS") -> int:
+    """A process's resident memory now (``VmHWM``: its peak), from /proc; 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 @dataclass
 class BridgeProcess:
     """One bridge child process; ``settings`` become STOMP_BRIDGE_* variables. It listens for
@@ -176,11 +198,7 @@ class BridgeProcess:
 
     def rss_kb(self, field: str = "VmRSS") -> int:
         """Resident memory now (``VmHWM``: the highest since the start or :meth:`reset_peak_rss`)."""
-        with open(f"/proc/{self.pid}/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
-        return 0
+        return rss_kb(self.pid, field)
 
     def reset_peak_rss(self) -> None:
         """VmHWM starts again from the current RSS (Linux's ``clear_refs``, value 5)."""
