@@ -85,9 +85,10 @@ def run_case(case: str, amqp_url: str, plugin_port: int, clients: int, seconds: 
         stop = time.monotonic() + seconds
 
         def flood(i: int) -> None:
+            data = _payload(case)
             while time.monotonic() < stop:
                 try:
-                    written[i] += write_until_stalled(socks[i], _payload(case), 1 << 40, stall=0.2)
+                    written[i] += write_until_stalled(socks[i], data, 1 << 40, stall=0.2, offset=written[i])
                 except OSError:
                     return
 

@@ -125,10 +125,13 @@ def _never_reading(port: int, stop: threading.Event, attack: Attack, opening: Ca
             opening(sock)
             if not data:
                 stop.wait()  # it only ever reads what it must to be subscribed
+            offset = 0
             while not stop.is_set():
-                attack.bytes += write_until_stalled(sock, data, 1 << 40, stall=0.5)
-        except OSError:
-            attack.frames["closed by the server"] += 1
+                written = write_until_stalled(sock, data, 1 << 40, stall=0.5, offset=offset)
+                attack.bytes += written
+                offset = (offset + written) % len(data)
+        except OSError as exc:
+            attack.frames[f"closed by the server ({type(exc).__name__})"] += 1
         finally:
             sock.close()
 
@@ -404,6 +407,7 @@ async def _siege(server: Target, amqp_url: str, vhost: str, seconds: float, vict
         "duplicated": sum(acked.values()) + len(ids) - len(found & expected),
         "rss_mb": {"before": round(before / 1024, 1), "peak": round(peak / 1024, 1), "after": round(after / 1024, 1)},
         "connections_after": connections,
+        "rss_every_5s_mb": [round(kb / 1024, 1) for kb in server.samples[::25]],
         "logins": {name: probe.summary() for name, probe in logins.items()},
         "attacks": {name: {"connections": a.connections, "mb_written": round(a.bytes / MIB, 1),
                            "answers": dict(a.frames)} for name, a in attacks.items()},

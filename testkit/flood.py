@@ -57,14 +57,15 @@ def login(sock: socket.socket, vhost: str = "/", user: str = "guest", passcode: 
         raise ConnectionError(f"expected CONNECTED, got {reply[:300]!r}")
 
 
-def write_until_stalled(sock: socket.socket, data: bytes, limit: int, stall: float = 2.0) -> int:
-    """Write ``data`` over and over until ``limit`` bytes went out or the socket took nothing for
-    ``stall`` seconds (the server stopped reading); the bytes written. Never reads. A server
-    that closed or reset the connection raises (``BrokenPipeError``, ``ConnectionResetError``)."""
+def write_until_stalled(sock: socket.socket, data: bytes, limit: int, stall: float = 2.0, offset: int = 0) -> int:
+    """Write ``data`` over and over, from ``offset`` in it, until ``limit`` bytes went out or the
+    socket took nothing for ``stall`` seconds (the server stopped reading); the bytes written (a
+    next call goes on at ``(offset + written) % len(data)``, so frames are never cut). Never reads.
+    A server that closed or reset the connection raises (``BrokenPipeError``, ``ConnectionResetError``)."""
     sock.setblocking(False)
     written = 0
     view = memoryview(data)
-    offset = 0
+    offset %= len(data)
     while written < limit:
         try:
             n = sock.send(view[offset:])

@@ -218,6 +218,10 @@ class TcpLink(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
         self._release_drain_waiters()  # a loop waiting for room carries on to its end
+        self._chunks.clear()  # nothing is read after the close: up to READ_SIZE freed now
+        self._size = 0
+        self._eof = True
+        self._wake()
 
     def abort(self) -> None:
         if self.transport is not None:
@@ -476,6 +480,7 @@ class Connection:
             session.fail(StompError("Processing error", "Processing error", private=repr(exc)))
         finally:
             self._close()
+            parser.clear()  # a frame in progress, freed now rather than by the garbage collector
             await session.close()
             await self._link_gone()
             reason = session.close_reason or "client closed"

@@ -333,6 +333,8 @@ class WebSocketLink(asyncio.Protocol):
             self._write_pending()
         self._end()
         self._release_writable()  # a loop waiting for room carries on to its end
+        self._chunks.clear()  # nothing is read after the close: up to READ_BUFFER freed now
+        self._buffered = 0
         transport = self.transport
         if transport is not None and not transport.is_closing():
             if self._paused or self._reading_paused:

@@ -216,3 +216,11 @@ async def test_websocket_link_stops_reading_while_its_client_does_not_take_what_
     link.pause_writing()
     link.resume_writing()
     assert transport.paused
+
+
+async def test_tcp_link_close_drops_what_was_received_and_not_read():
+    """Nothing is read after the close; READ_SIZE bytes need not wait for the garbage collector."""
+    link, transport, asyncio = _tcp_link()
+    link.data_received(b"x" * 1000)
+    link.close()
+    assert transport.closing and await asyncio.wait_for(link.read(), 1) == b""

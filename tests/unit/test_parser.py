@@ -452,3 +452,16 @@ def test_a_large_body_is_joined_once_not_copied_out_of_the_buffer():
             assert len(parser._buf) == 0 and parser.buffered == i + 65536
     assert parser.next_frame() == Frame("SEND", {"destination": "/queue/a", "content-length": str(len(body))}, body)
     assert parser.buffered == 0
+
+
+@pytest.mark.parametrize("pending", [b"SEND\ndestination:/queue/a\n\n" + b"x" * 1000,  # in the buffer
+                                     b"SEND\ncontent-length:3000000\n\n" + b"x" * 2_000_000])  # collected parts
+def test_clear_drops_a_frame_in_progress_and_the_parser_starts_afresh(pending):
+    """The connection's end: what a frame in progress holds (up to max_frame_size) is freed at
+    once, not when the garbage collector reaches the connection's objects."""
+    parser = FrameParser()
+    parser.feed(pending)
+    assert parser.next_frame() is None and parser.buffered >= 1000
+    parser.clear()
+    assert parser.buffered == 0
+    assert parser.frames(b"ACK\nid:1\n\n\0") == [Frame("ACK", {"id": "1"}, b"")]
