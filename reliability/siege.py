@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import multiprocessing
+import os
 import socket
 import threading
 import time
@@ -354,6 +355,7 @@ async def _siege(server: Target, amqp_url: str, vhost: str, seconds: float, vict
     if server.bridge is not None:
         server.bridge.reset_peak_rss()
     started = time.monotonic()
+    cpu_before = _cpu_seconds(server.pid)
     receipts = b"".join(f"SEND\ndestination:/topic/siege-r\nreceipt:r{i}\n\nx\0".encode() for i in range(512))
     subscribe = (f"SUBSCRIBE\ndestination:{topic}\nid:s\nreceipt:s\nx-max-length:2000\n\n\0").encode()
     lanes = (
@@ -384,6 +386,7 @@ async def _siege(server: Target, amqp_url: str, vhost: str, seconds: float, vict
         await asyncio.gather(*tasks, *threads, return_exceptions=True)
         pool.shutdown()
     attack_seconds = time.monotonic() - started
+    cpu_during = _cpu_seconds(server.pid) - cpu_before
 
     peak = max(server.samples + [server.rss_kb()])
     if server.bridge is not None:
@@ -401,6 +404,7 @@ async def _siege(server: Target, amqp_url: str, vhost: str, seconds: float, vict
     result = {
         "target": server.name,
         "seconds": round(attack_seconds, 1),
+        "cpu_share": round(cpu_during / attack_seconds, 2),  # of one core, during the attacks
         "sent": tally.sent, "sends": tally.sends, "reconnects": tally.reconnects,
         "consumed": sum(acked.values()), "left_in_queue": len(ids),
         "lost": len(expected - found),
@@ -420,6 +424,16 @@ async def _siege(server: Target, amqp_url: str, vhost: str, seconds: float, vict
         result["reads_held"] = server.bridge.metric("stomp_bridge_reads_held_total")
         result["aborted"] = server.bridge.metric("stomp_bridge_connections_aborted_total")
     return result
+
+
+def _cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (/proc/pid/stat fields 14 and 15)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except OSError:
+        return 0.0
 
 
 def _settled(server: Target, timeout: float) -> tuple[int, int | None]:
