@@ -54,7 +54,7 @@ BRIDGE_SETTINGS: dict[str, object] = {
     "auto_ack_window": 100,
 }
 ATTACKERS = {"junk before login": 3, "junk after login": 3, "RECEIPTs never read": 2,
-             "MESSAGEs never read": 2, "transaction flood": 1, "login flood": 4}
+             "MESSAGEs never read": 2, "transaction flood": 1, "login flood": 8}
 MIB = 1024 * 1024
 # A SEND to an unknown destination: its ERROR ("Unknown destination") repeats the 32 kB name and
 # keeps the connection. Few frames, many bytes: what the bridge answers grows as fast as it reads.
@@ -63,6 +63,7 @@ TX_SENDS = 200  # SENDs of 1 MiB per transaction, as in the issue
 MESSAGE_SIZE = 16 * 1024  # fed to the subscribers that never read
 SLACK_MB = 16.0  # the allocator, the well-behaved clients, probes and the login flood's sessions
 LOGIN_DEADLINE = 1.0  # a fresh login of either user must be in within this
+BASELINE = 3.0  # seconds of logins before the attacks, for comparison
 
 
 def rss_bound_mb(settings: Settings, attackers: dict[str, int] = ATTACKERS) -> float:
@@ -347,10 +348,12 @@ async def _siege(server: Target, amqp_url: str, vhost: str, seconds: float, vict
     producer = ResendingProducer(port, vhost, queue, publishing, tally, "siege", window=16, silence=20.0)
     well_behaved = [asyncio.create_task(producer.run(asyncio.get_running_loop().time() + seconds + 120)),
                     asyncio.create_task(_consume(port, vhost, queue, consumed, acked))]
-    for user, password in (victim, other):  # users in service: each has logged in before
-        client = await StompClient.connect(port, vhost, login=user, passcode=password, timeout=15)
-        await client.close()
-    await asyncio.sleep(1.0)  # warm: the well-behaved clients are in
+    loop = asyncio.get_running_loop()
+    probes = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn"))
+    # Users in service, each logged in before; how long their logins take unattacked, beside the
+    # well-behaved clients, on this machine as loaded as it is now.
+    baseline = await asyncio.gather(*(loop.run_in_executor(probes, probe_logins, port, vhost, *user, BASELINE)
+                                      for user in (victim, other)))
     before = server.rss_kb()
     if server.bridge is not None:
         server.bridge.reset_peak_rss()
@@ -364,7 +367,6 @@ async def _siege(server: Target, amqp_url: str, vhost: str, seconds: float, vict
         + [("RECEIPTs never read", _logged_in(vhost), receipts)] * ATTACKERS["RECEIPTs never read"]
         + [("MESSAGEs never read", _logged_in(vhost, subscribe), b"")] * ATTACKERS["MESSAGEs never read"]
     )
-    loop = asyncio.get_running_loop()
     pool = ThreadPoolExecutor(len(lanes), thread_name_prefix="siege")  # all at once: a lane never returns early
     threads = [loop.run_in_executor(pool, _never_reading, port, halt, attacks[name], opening, data)
                for name, opening, data in lanes]
@@ -375,7 +377,6 @@ async def _siege(server: Target, amqp_url: str, vhost: str, seconds: float, vict
         *(asyncio.create_task(_login_flood(port, vhost, victim[0], attacking, attacks["login flood"]))
           for _ in range(ATTACKERS["login flood"])),
     ]
-    probes = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn"))
     probing = [loop.run_in_executor(probes, probe_logins, port, vhost, *user, seconds) for user in (victim, other)]
     try:
         logins = dict(zip(("attacked user", "other user"), await asyncio.gather(*probing)))
@@ -413,6 +414,7 @@ async def _siege(server: Target, amqp_url: str, vhost: str, seconds: float, vict
         "connections_after": connections,
         "rss_every_5s_mb": [round(kb / 1024, 1) for kb in server.samples[::25]],
         "logins": {name: probe.summary() for name, probe in logins.items()},
+        "logins_unattacked": {name: probe.summary() for name, probe in zip(("attacked user", "other user"), baseline)},
         "attacks": {name: {"connections": a.connections, "mb_written": round(a.bytes / MIB, 1),
                            "answers": dict(a.frames)} for name, a in attacks.items()},
     }
