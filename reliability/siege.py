@@ -61,7 +61,7 @@ MIB = 1024 * 1024
 ECHOED = b"SEND\ndestination:/nowhere/" + b"x" * 32000 + b"\n\n\0"
 TX_SENDS = 200  # SENDs of 1 MiB per transaction, as in the issue
 MESSAGE_SIZE = 16 * 1024  # fed to the subscribers that never read
-SLACK_MB = 16.0  # the allocator, the well-behaved clients, probes and the login flood's sessions
+SLACK_MB = 16.0  # the allocator's fragments, the well-behaved clients, the probes
 LOGIN_DEADLINE = 1.0  # a fresh login of either user must be in within this
 BASELINE = 3.0  # seconds of logins before the attacks, for comparison
 
@@ -69,15 +69,18 @@ BASELINE = 3.0  # seconds of logins before the attacks, for comparison
 def rss_bound_mb(settings: Settings, attackers: dict[str, int] = ATTACKERS) -> float:
     """The most the attacks may add to the bridge's RSS, from its settings.
 
-    Per hostile connection, what may be queued for it (2 x write_buffer_high: the mark, plus the
-    answers of one fair share of frames, which are small here) and its unread chunk (READ_SIZE);
-    per subscriber that never reads, its deliveries in flight (auto_ack_window x MESSAGE_SIZE);
-    per transaction flood, what its transactions may hold (max_transaction_bytes) and the SEND
-    being parsed (1 MiB, twice: the chunks, then the body); plus SLACK_MB for the allocator's
-    fragments, the well-behaved clients, the probes and the login flood's short sessions.
+    Per connection that floods (all but the login flood's), what may be queued for it (2 x
+    write_buffer_high: the mark, plus the answers of one fair share of frames, small here) and
+    its unread chunk (READ_SIZE); per login-flood lane, its unread chunk and a CONNECT of at most
+    max_frame_size_before_login (its one ERROR is small); per subscriber that never reads, its
+    deliveries in flight (auto_ack_window x MESSAGE_SIZE); per transaction flood, what its
+    transactions may hold (max_transaction_bytes) and the SEND being parsed (1 MiB, twice: the
+    chunks, then the body); plus SLACK_MB for the allocator's fragments, the well-behaved
+    clients and the probes.
     """
-    hostile = sum(attackers.values())
-    total = hostile * (2 * settings.write_buffer_high + READ_SIZE)
+    flooding = sum(n for name, n in attackers.items() if name != "login flood")
+    total = flooding * (2 * settings.write_buffer_high + READ_SIZE)
+    total += attackers["login flood"] * (READ_SIZE + settings.max_frame_size_before_login)
     total += attackers["MESSAGEs never read"] * settings.auto_ack_window * MESSAGE_SIZE
     total += attackers["transaction flood"] * (settings.max_transaction_bytes + 2 * MIB)
     return round(total / MIB + SLACK_MB, 1)
