@@ -151,7 +151,8 @@ def summary(out: dict) -> str:
         text.append("outcomes: " + ", ".join(f"{k}: {v}" for k, v in out["hostile"]["outcomes"].items()))
     if "siege" in out:
         text.append("\nhostile mode: every attack at once beside a resending publisher and a consumer "
-                    "(lost must be 0; logins: fresh ones in within 1 s / tried, slowest):")
+                    "(lost must be 0; logins: fresh ones in within 1 s / tried; none may be refused, the median "
+                    "must be within 1 s):")
         text.append(siege_table(out["siege"]))
         for r in out["siege"]:
             text.append(f"{r['target']}: " + "; ".join(
@@ -196,8 +197,9 @@ def summary(out: dict) -> str:
 
 def siege_table(results: list[dict]) -> str:
     def logins(probe: dict) -> str:
-        slowest = f", slowest {probe['max_s']} s" if probe["max_s"] is not None else ""
-        return f"{probe['in_within_1s']}/{probe['tries']}{slowest}"
+        refused = probe["tries"] - probe["in"]
+        times = f", median {probe['median_s']} s, slowest {probe['max_s']} s" if probe["in"] else ""
+        return f"{probe['in_within_1s']}/{probe['tries']}{times}" + (f", {refused} refused" if refused else "")
 
     return table([(r["target"], r["seconds"], r["sent"], r["lost"], r["rss_mb"]["before"], r["rss_mb"]["peak"],
                    r.get("bound_mb", "-"), r["rss_mb"]["after"], logins(r["logins"]["attacked user"]),

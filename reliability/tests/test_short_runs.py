@@ -59,16 +59,17 @@ def test_hostile_clients_each_get_their_error_or_close(broker, mgmt):
 def test_hostile_mode_loses_nothing_stays_within_its_rss_bound_and_lets_both_users_in(broker, mgmt):
     """Every attack at once (reliability/siege.py) for 10 s beside a resending publisher and a
     consumer: no receipted message lost; the bridge's peak RSS within what its settings allow
-    (siege.rss_bound_mb); fresh logins of the user under a password flood from its own address,
-    and of another user, each in within 1 s. (The first needs a login throttle that cannot be
-    turned against the user it protects: issue 30's item 2.)"""
+    (siege.rss_bound_mb); fresh logins, once a second, of the user under a password flood from
+    its own address and of another user: none refused, their median within 1 s (Logins.got_in).
+    (The first needs a login throttle that cannot be turned against the user it protects:
+    issue 30's item 2, the login branch.)"""
     result = asyncio.run(siege.run(broker.amqp_url, mgmt, seconds=10.0))
     assert result["sent"] > 0 and result["lost"] == 0, result
     assert result["rss_mb"]["peak"] <= result["bound_mb"], result["rss_mb"]
     assert result["reads_held"] >= siege.ATTACKERS["junk after login"], result  # each flood was stopped
     assert result["attacks"]["transaction flood"]["answers"].get("ERROR Transaction too large"), result
-    assert result["logins"]["other user"]["all_in_within_1s"], result["logins"]
-    assert result["logins"]["attacked user"]["all_in_within_1s"], result["logins"]
+    assert result["logins"]["other user"]["got_in"], result["logins"]
+    assert result["logins"]["attacked user"]["got_in"], result["logins"]
     assert siege.problems(result) == []
 
 
