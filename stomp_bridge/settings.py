@@ -144,6 +144,9 @@ class Settings(BaseSettings):
     max_header_length: int = Field(64 * 1024, ge=64, description="Bytes per header line.")
     max_transactions: int = Field(16, ge=1, description="Open transactions per connection (plugin's limit).")
     max_transaction_actions: int = Field(1024, ge=1, description="Frames held per transaction.")
+    # 64 MiB: all 1,024 actions of a transaction at 64 KiB each, or 16 frames of the largest size
+    # (max_frame_size); a client holding more in the bridge's memory until COMMIT should commit
+    # more often. Counting frames alone let 16 x 1,024 x 4 MiB (64 GiB) wait on one connection.
     max_transaction_bytes: int = Field(
         64 * 1024 * 1024,
         ge=1024,
