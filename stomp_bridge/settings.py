@@ -167,8 +167,8 @@ class Settings(BaseSettings):
         5.0,
         gt=0,
         description="Seconds a connection being closed (after an ERROR, a DISCONNECT, at shutdown) has "
-        "to take what is still queued for it; then its socket is aborted "
-        "(stomp_bridge_connections_aborted_total).",
+        "to take what is still queued for it (and a WebSocket client to answer the close frame); "
+        "then its socket is aborted (stomp_bridge_connections_aborted_total).",
     )
     login_failures_per_minute: int = Field(
         10,

@@ -45,7 +45,6 @@ COMPRESSION = [
         server_max_window_bits=12, client_max_window_bits=12, compress_settings={"memLevel": 5}
     )
 ]
-CLOSE_TIMEOUT = 5.0  # seconds a client has to answer our close frame before the TCP close
 READ_BUFFER = 256 * 1024  # payload bytes queued for the Connection before reading pauses
 
 
@@ -243,7 +242,7 @@ class WebSocketLink(asyncio.Protocol):
         )
         # The task ends with the closing handshake, so the server's shutdown waits for it too.
         try:
-            await asyncio.wait_for(asyncio.shield(self._lost), CLOSE_TIMEOUT)
+            await asyncio.wait_for(asyncio.shield(self._lost), self.settings.close_timeout)
         except asyncio.TimeoutError:
             if self.transport is not None:
                 self.transport.abort()
@@ -344,7 +343,8 @@ class WebSocketLink(asyncio.Protocol):
                 if not self._write_blocked:
                     transport.resume_reading()
             if self._timer is None:
-                self._timer = self.loop.call_later(CLOSE_TIMEOUT, transport.abort)
+                # close_timeout for the client's answering close frame, then the TCP close
+                self._timer = self.loop.call_later(self.settings.close_timeout, transport.abort)
 
     def abort(self) -> None:
         if self.transport is not None:
@@ -423,7 +423,7 @@ class WebSocketLink(asyncio.Protocol):
             if transport.can_write_eof():
                 transport.write_eof()
                 if self._timer is None:
-                    self._timer = self.loop.call_later(CLOSE_TIMEOUT, transport.abort)
+                    self._timer = self.loop.call_later(self.settings.close_timeout, transport.abort)
             else:
                 transport.close()
 
