@@ -92,10 +92,10 @@ JUNK_FRAME = b"JUNK\nx:" + b"v" * 1010 + b"\n\n\0"  # 1 KiB: about 0.1 byte of E
 JUNK_LIMIT = 64 * 1024 * 1024  # what the client tries to write unread; kernel buffers hold ~40 MB
 
 
-def _count_errors_until_receipt(sock, receipt: bytes, counted: list[int]) -> None:
+def _count_errors_until(sock, marker: bytes, counted: list[int]) -> None:
     tail = b""
     errors = 0
-    while receipt not in tail:
+    while marker not in tail:
         chunk = sock.recv(1 << 20)
         if not chunk:
             raise ConnectionError(f"closed after {errors} ERRORs")
@@ -105,23 +105,31 @@ def _count_errors_until_receipt(sock, receipt: bytes, counted: list[int]) -> Non
     counted.append(errors)
 
 
-def test_a_client_that_sends_junk_and_never_reads_is_not_read_until_it_reads(stomp_target, unique):
+@pytest.mark.parametrize("logged_in", [True, False], ids=["logged-in", "before-login"])
+def test_a_client_that_sends_junk_and_never_reads_is_not_read_until_it_reads(stomp_target, unique, logged_in):
+    """Logged in, each junk frame is a "Bad command"; before login, an "Illegal command" (and a
+    CONNECT after them all still logs in)."""
     import threading
 
     from testkit.flood import login, unread_socket, write_until_stalled
 
     sock = unread_socket(stomp_target.port, stomp_target.host)
     try:
-        login(sock)
+        if logged_in:
+            login(sock)
         written = write_until_stalled(sock, JUNK_FRAME * 64, JUNK_LIMIT)
         assert written < JUNK_LIMIT, "the server read every byte of a client that never read its ERRORs"
         counted: list[int] = []
         sock.settimeout(60)  # for the reader and the writer alike, before either uses it
-        reader = threading.Thread(target=_count_errors_until_receipt, args=(sock, b"receipt-id:after-junk", counted))
+        marker = b"receipt-id:after-junk" if logged_in else b"CONNECTED"
+        reader = threading.Thread(target=_count_errors_until, args=(sock, marker, counted))
         reader.start()
         rest = -written % len(JUNK_FRAME)  # the junk frame cut short by the stall
         sock.sendall(JUNK_FRAME[len(JUNK_FRAME) - rest:] if rest else b"")
-        sock.sendall(f"SEND\ndestination:/topic/junk-{unique}\nreceipt:after-junk\n\nx\0".encode())
+        if logged_in:
+            sock.sendall(f"SEND\ndestination:/topic/junk-{unique}\nreceipt:after-junk\n\nx\0".encode())
+        else:
+            sock.sendall(b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\0")
         reader.join(90)
         assert counted == [(written + rest) // len(JUNK_FRAME)]
     finally:
