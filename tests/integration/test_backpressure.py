@@ -81,57 +81,67 @@ def test_slow_consumer_leaves_messages_in_the_queue_and_loses_none(connected, br
 
 # -- a client that sends and never reads ------------------------------------------------------
 #
-# Every junk frame earns an ERROR that keeps the connection ("Bad command"). The plugin's reader
-# blocks on its socket once the client stops taking them, and reads nothing more; the bridge
-# stops reading the client once write_buffer_high bytes wait for it. Either way the client's
-# writes stall long before all it wants to send is through, and once it reads, everything goes
-# on: one ERROR per junk frame, then the RECEIPT of the frame after them. (Before the bridge did
-# this, it read on and queued every ERROR: 29 bytes of memory per byte of junk.)
+# Every junk frame earns an ERROR that keeps the connection ("Bad command" after login, "Illegal
+# command" before), every receipted frame a RECEIPT. The plugin's reader blocks on its socket once
+# the client stops taking them, and reads nothing more; the bridge stops reading the client once
+# write_buffer_high bytes wait for it. Either way the client's writes stall long before all it
+# wants to send is through, and once it reads, everything goes on: one answer per frame, then the
+# frame after them is answered. (Before the bridge did this, it read on and queued every answer:
+# 29 bytes of memory per byte of junk.)
 
 JUNK_FRAME = b"JUNK\nx:" + b"v" * 1010 + b"\n\n\0"  # 1 KiB: about 0.1 byte of ERROR per byte
 JUNK_LIMIT = 64 * 1024 * 1024  # what the client tries to write unread; kernel buffers hold ~40 MB
 
 
-def _count_errors_until(sock, marker: bytes, counted: list[int]) -> None:
+def _count_until(sock, answer: bytes, marker: bytes, counted: list[int]) -> None:
+    """Read until ``marker``; how many ``answer`` frames came before it."""
     tail = b""
-    errors = 0
+    answers = 0
     while marker not in tail:
         chunk = sock.recv(1 << 20)
         if not chunk:
-            raise ConnectionError(f"closed after {errors} ERRORs")
+            raise ConnectionError(f"closed after {answers} answers")
         data = tail + chunk
-        errors += data.count(b"ERROR\n") - tail.count(b"ERROR\n")
+        answers += data.count(answer) - tail.count(answer)
         tail = data[-200:]
-    counted.append(errors)
+    counted.append(answers)
 
 
-@pytest.mark.parametrize("logged_in", [True, False], ids=["logged-in", "before-login"])
-def test_a_client_that_sends_junk_and_never_reads_is_not_read_until_it_reads(stomp_target, unique, logged_in):
-    """Logged in, each junk frame is a "Bad command"; before login, an "Illegal command" (and a
-    CONNECT after them all still logs in)."""
+# what the client floods with, what each such frame earns, whether it logs in first
+FLOODS = {
+    "junk logged in": (JUNK_FRAME, b"ERROR\n", True),  # Bad command
+    "junk before login": (JUNK_FRAME, b"ERROR\n", False),  # Illegal command; a CONNECT after them logs in
+    "receipts logged in": (b"BEGIN\ntransaction:t\nreceipt:r\n\n\0", b"RECEIPT\n", True),  # each restarts t
+}
+
+
+@pytest.mark.parametrize("flood", FLOODS)
+def test_a_client_that_sends_and_never_reads_is_not_read_until_it_reads(stomp_target, unique, flood):
     import threading
 
     from testkit.flood import login, unread_socket, write_until_stalled
 
+    frame, answer, logged_in = FLOODS[flood]
     sock = unread_socket(stomp_target.port, stomp_target.host)
     try:
         if logged_in:
             login(sock)
-        written = write_until_stalled(sock, JUNK_FRAME * 64, JUNK_LIMIT)
-        assert written < JUNK_LIMIT, "the server read every byte of a client that never read its ERRORs"
+        written = write_until_stalled(sock, frame * (65536 // len(frame)), JUNK_LIMIT)
+        assert written < JUNK_LIMIT, f"the server read every byte of a client that never read ({flood})"
         counted: list[int] = []
         sock.settimeout(60)  # for the reader and the writer alike, before either uses it
-        marker = b"receipt-id:after-junk" if logged_in else b"CONNECTED"
-        reader = threading.Thread(target=_count_errors_until, args=(sock, marker, counted))
+        marker = b"receipt-id:after-flood" if logged_in else b"CONNECTED"
+        reader = threading.Thread(target=_count_until, args=(sock, answer, marker, counted))
         reader.start()
-        rest = -written % len(JUNK_FRAME)  # the junk frame cut short by the stall
-        sock.sendall(JUNK_FRAME[len(JUNK_FRAME) - rest:] if rest else b"")
+        rest = -written % len(frame)  # the frame cut short by the stall
+        sock.sendall(frame[len(frame) - rest:] if rest else b"")
         if logged_in:
-            sock.sendall(f"SEND\ndestination:/topic/junk-{unique}\nreceipt:after-junk\n\nx\0".encode())
+            sock.sendall(f"SEND\ndestination:/topic/flood-{unique}\nreceipt:after-flood\n\nx\0".encode())
         else:
             sock.sendall(b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\0")
         reader.join(90)
-        assert counted == [(written + rest) // len(JUNK_FRAME)]
+        last = 1 if logged_in and answer == b"RECEIPT\n" else 0  # the frame after the flood's own
+        assert counted == [(written + rest) // len(frame) + last]
     finally:
         sock.close()
 
