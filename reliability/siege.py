@@ -1,21 +1,23 @@
 """The hostile mode: every attack at once, beside a resending publisher and a consumer.
 
-    python -m reliability --only siege                      # the bridge, a child process
-    python -m reliability --only siege --target native      # RabbitMQ's plugin (--native-port)
+    python -m reliability --only siege                                  # the bridge, a child process
+    python -m reliability --only siege --siege-targets bridge,native    # and RabbitMQ's plugin
 
 For the window, each attack keeps going, reconnecting whenever the server closes it:
 
-- junk that earns an ERROR per frame from clients that never read, before login and after;
-- receipted SENDs from a client that never reads its RECEIPTs;
-- a subscriber that never reads its MESSAGEs while a publisher feeds its topic;
-- transaction floods: SENDs of 1 MiB in an open transaction, up to 200 (the issue's), ABORT, again;
+- junk that earns an ERROR per frame, from clients that never read: before login, and after
+  (bad commands, and SENDs to an unknown destination whose ERROR repeats its 32 kB name);
+- receipted SENDs from clients that never read their RECEIPTs;
+- subscribers that never read their MESSAGEs while a publisher feeds their topic;
+- a transaction flood: SENDs of 1 MiB in an open transaction, up to 200 (the issue's), ABORT, again;
 - a login flood: wrong passwords for one user, from its own address (127.0.0.1).
 
 Meanwhile a resending publisher (:class:`.faults.ResendingProducer`) sends persistent messages to
 a queue a consumer reads and acks, and login probes log in, once a second each, the attacked user
-with its right password and another user (both users in service: each logged in once before). Reported: lost messages (must be 0), the server's RSS
-before, at its peak and after, and each probe's time to CONNECTED. The bridge's peak must stay
-within :func:`rss_bound_mb`, derived from its settings.
+with its right password and another user (both users in service: each logged in before).
+Reported: lost messages (must be 0), the server's RSS before, at its peak and after, and each
+probe's time to CONNECTED. The bridge's peak must stay within :func:`rss_bound_mb`, derived from
+its settings.
 """
 
 from __future__ import annotations
