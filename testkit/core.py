@@ -54,6 +54,8 @@ class Harness:
         self.gets: dict[str, list[tuple]] = {}  # what basic.get finds, by queue
         self.peeks: dict[str, tuple[dict, bytes]] = {}  # retained messages, by retained queue
         self.missing: set[str] = set()  # queues QueueExists says are gone
+        self.unread: deque[Frame] = deque()  # frames sent while an earlier one's job waits
+        self.reading: Job | None = None  # that job
         self.step = 0  # which client frame or event the test is at (publishes are marked with it)
         self.published: dict[int, tuple[Any, int]] = {}  # publish number -> (Publish, step)
         self.parser = FrameParser(Limits(max_frame_size=1 << 30, max_headers=10_000, max_header_length=1 << 20))
@@ -64,10 +66,18 @@ class Harness:
     # -- the client ----------------------------------------------------------------------
 
     def frame(self, command: str, headers: dict[str, str] | None = None, body: bytes = b"") -> None:
-        job = self.core.frame_received(Frame(command, dict(headers or {}), body))
-        if job is not None:
-            self._run(job, job.first)
+        """A client frame; it waits (as the driver reads no more) while an earlier frame's job waits."""
+        self.unread.append(Frame(command, dict(headers or {}), body))
+        self._read()
         self.pump()
+
+    def _read(self) -> None:
+        while self.unread and self.reading is None:
+            job = self.core.frame_received(self.unread.popleft())
+            self._settles()
+            if job is not None:
+                self.reading = job
+                self._run(job, job.first)
 
     def connect(self, **headers: str) -> Frame:
         """CONNECT (1.2 unless told), and the CONNECTED frame."""
@@ -126,8 +136,14 @@ class Harness:
         self._run(job, job.advance(result, error))
         self.pump()
 
+    def _settles(self) -> None:
+        """The acks and nacks the core decided, in order among its plans (as the driver sends them)."""
+        self.plans.extend(self.core.settles)
+        self.core.settles = []
+
     def pump(self) -> None:
         """Run what the core started or unblocked: its own jobs, settled publishes."""
+        self._settles()
         while self.core.jobs or self.ready:
             jobs, self.core.jobs = self.core.jobs, []
             for job in jobs:
@@ -142,7 +158,15 @@ class Harness:
     # -- answering plans ----------------------------------------------------------------
 
     def _run(self, job: Job, plan: Any) -> None:
+        self._steps(job, plan)
+        if job is self.reading and self.reading_done:
+            self.reading = None
+            self._read()
+
+    def _steps(self, job: Job, plan: Any) -> None:
+        self.reading_done = False
         while plan is not None:
+            self._settles()
             self.plans.append(plan)
             kind = type(plan)
             queued = self.refuse.get(kind)
@@ -159,6 +183,7 @@ class Harness:
                 self.core.when_settled(plan.seq, lambda ok, job=job: self.ready.append((job, ok)))
                 return
             plan = job.advance(self._answer(plan))
+        self.reading_done = True
 
     def _answer(self, plan: Any) -> Any:
         kind = type(plan)

@@ -1,6 +1,8 @@
 """CONNECT, ACK, NACK, BEGIN, COMMIT, ABORT and DISCONNECT: one handler each (see context.py).
 
-SEND is in ``send.py``, SUBSCRIBE and UNSUBSCRIBE in ``subscribe.py``.
+SEND is in ``send.py``, SUBSCRIBE and UNSUBSCRIBE in ``subscribe.py``. A handler that needs
+nothing of RabbitMQ (ACK, BEGIN …) is a plain function; the others are generators, or plain
+functions that return one (None: nothing left to do).
 """
 
 from __future__ import annotations
@@ -76,23 +78,22 @@ def logged_in(core: Context, opened: Opened, user: str, version: str, heartbeat:
     core.heartbeat = heartbeat
 
 
-def already_connected(core: Context, frame: Frame) -> Steps:
+def already_connected(core: Context, frame: Frame) -> None:
     raise ProtocolError("Bad CONNECT", "Already connected: CONNECT may be sent once")
-    yield  # a generator, as every handler
 
 
 # -- ACK / NACK ---------------------------------------------------------------------------
 
 
-def ack(core: Context, frame: Frame) -> Steps:
+def ack(core: Context, frame: Frame) -> None:
     if not core.transactions.hold(frame):
-        yield settle(core, frame, "ACK")
+        core.settles.append(settle(core, frame, "ACK"))
     core.receipt(frame)
 
 
-def nack(core: Context, frame: Frame) -> Steps:
+def nack(core: Context, frame: Frame) -> None:
     if not core.transactions.hold(frame):
-        yield settle(core, frame, "NACK")
+        core.settles.append(settle(core, frame, "NACK"))
     core.receipt(frame)
 
 
@@ -116,11 +117,9 @@ def settle(core: Context, frame: Frame, command: str) -> Ack | Nack:
 # ACK/NACK is receipted at once, a held SEND when, after COMMIT, RabbitMQ has confirmed it.
 
 
-def begin(core: Context, frame: Frame) -> Steps:
+def begin(core: Context, frame: Frame) -> None:
     core.transactions.begin(transaction_id(frame.headers, "BEGIN"))
     core.receipt(frame)
-    return
-    yield
 
 
 def commit(core: Context, frame: Frame) -> Steps:
@@ -129,10 +128,9 @@ def commit(core: Context, frame: Frame) -> Steps:
     for action in core.transactions.commit(transaction_id(frame.headers, "COMMIT")):
         try:
             if action.command == "SEND":
-                yield from send_now(core, action)
-                core.receipt(action)
+                yield from send_now(core, action, receipted=True)
             else:
-                yield settle(core, action, action.command)
+                core.settles.append(settle(core, action, action.command))
         except StompError as exc:
             core.answer(exc, action)
             if core.state is not OPEN:
@@ -140,11 +138,9 @@ def commit(core: Context, frame: Frame) -> Steps:
     core.receipt(frame)
 
 
-def abort(core: Context, frame: Frame) -> Steps:
+def abort(core: Context, frame: Frame) -> None:
     core.transactions.abort(transaction_id(frame.headers, "ABORT"))
     core.receipt(frame)
-    return
-    yield
 
 
 # -- DISCONNECT ---------------------------------------------------------------------------

@@ -85,8 +85,10 @@ class Job:
         self.steps.close()
 
 
-def first_step(context: Context, steps: Steps, frame: Frame | None) -> Job | None:
+def first_step(context: Context, steps: Steps | None, frame: Frame | None) -> Job | None:
     """Run ``steps`` up to its first plan: None if it needed none (done already)."""
+    if steps is None:
+        return None
     try:
         first = steps.send(None)
     except StopIteration:
@@ -105,7 +107,7 @@ class Context:
         "state", "version", "session_id", "user", "vhost", "heartbeat", "eol", "parser", "dest_rules",
         "subscriptions", "unacked", "transactions", "declared_queues", "reply_queues", "exclusive_queues",
         "client_id", "policy", "token_subject", "discard_on_close", "ledger", "mandatory", "refused", "settling",
-        "close_reason", "close_detail", "out", "wakeup", "on_close", "event_plans", "jobs",
+        "close_reason", "close_detail", "out", "wakeup", "on_close", "settles", "jobs",
     )
 
     def __init__(
@@ -167,11 +169,13 @@ class Context:
         self.settling: dict[int, Callable[[bool], None]] = {}  # Settled plans waiting, by publish
         self.close_reason = ""
         self.close_detail = ""
-        # Outputs: frames for the client, acks made by deliveries, work of the connection's own.
+        # Outputs: frames for the client; the basic.ack/nack to send, in order (ACK, NACK, a
+        # selector's drops, a browse's hand-back: they cannot fail, so nothing waits on them);
+        # work of the connection's own.
         self.out: list[bytes] = []
         self.wakeup: Callable[[], None] | None = None  # called when ``out`` stops being empty
         self.on_close: Callable[[], None] | None = None  # called once, when the connection must end
-        self.event_plans: list[Any] = []
+        self.settles: list[Any] = []
         self.jobs: list[Job] = []
 
     @property
@@ -232,14 +236,14 @@ class Context:
         ledger = self.ledger
         ledger.receipt(receipt, data, ledger.last, then)
 
-    def published(self, seq: int, mandatory: bool = False, exchange: str = "", routing_key: str = "",
-                  destination: str = "", receipt: str | None = None) -> None:
-        """Publish ``seq`` went out: RECEIPTs after it wait for its confirm."""
+    def published_mandatory(self, seq: int, exchange: str, routing_key: str, destination: str,
+                            receipt: str | None) -> None:
+        """Mandatory publish ``seq`` went out: RECEIPTs after it wait for its confirm, and a
+        basic.return is matched to it (see ``machine.returned``)."""
         self.ledger.published(seq)
-        if mandatory:
-            if self.mandatory is NOTHING_HELD:
-                self.mandatory = deque()
-            self.mandatory.append(Sent(seq, exchange, routing_key, destination, receipt))
+        if self.mandatory is NOTHING_HELD:
+            self.mandatory = deque()
+        self.mandatory.append(Sent(seq, exchange, routing_key, destination, receipt))
 
     def when_settled(self, seq: int, callback: Callable[[bool], None]) -> None:
         """``callback(True)`` once RabbitMQ confirmed publish ``seq``, ``(False)`` if it refused it

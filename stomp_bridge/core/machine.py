@@ -5,7 +5,7 @@ and the driver report (:meth:`~StompCore.delivered`, :meth:`~StompCore.confirmed
 :meth:`~StompCore.returned`, :meth:`~StompCore.cancelled`, :meth:`~StompCore.amqp_closed`,
 :meth:`~StompCore.timer_fired`, and each plan's outcome through its :class:`~.context.Job`).
 Outputs are values the driver collects: the frames to write (``data_to_send``), the plans of
-a frame's job, the acks deliveries made (``event_plans``), the connection's own jobs
+a frame's job, the acks and nacks to send (``settles``), the connection's own jobs
 (``jobs``), and whether it ended (``closed``, ``on_close``). Nothing here awaits, reads a
 socket or a clock of its own, or knows aiormq: ``tests/unit/test_core.py`` runs every
 command in every state with no broker.
@@ -16,9 +16,9 @@ from __future__ import annotations
 from typing import Any
 
 from stomp_bridge.core import commands, send, subscribe
-from stomp_bridge.core.context import CLOSED, OPEN, Context, Job, Steps, first_step
+from stomp_bridge.core.context import CLOSED, LOGIN, OPEN, Context, Job, Steps, first_step
 from stomp_bridge.core.plans import Ack
-from stomp_bridge.core.state import action
+from stomp_bridge.core.state import TRANSITIONS, UNKNOWN, action
 from stomp_bridge.protocol import headers as hdr
 from stomp_bridge.protocol.errors import BrokerError, FrameRejected, StompError, token_expired, tp
 from stomp_bridge.protocol.frames import Frame
@@ -32,12 +32,13 @@ def not_connected(core: Context, frame: Frame) -> Steps:
     yield from commands.connect(core, Frame("CONNECT", {}), implicit=True)
     name = action(core.state, frame.command)
     if name is not None:
-        yield from HANDLERS[name](core, trimmed(core, frame))
+        steps = HANDLERS[name](core, trimmed(core, frame))
+        if steps is not None:
+            yield from steps
 
 
-def bad_command(core: Context, frame: Frame) -> Steps:
+def bad_command(core: Context, frame: Frame) -> None:
     raise FrameRejected("Bad command", f"Could not interpret command {tp(frame.command)}\n")
-    yield  # a generator, as every handler
 
 
 def trimmed(core: Context, frame: Frame) -> Frame:
@@ -75,12 +76,20 @@ class StompCore(Context):
         """Handle one client frame: None when it is done already (the usual case), else the
         job whose plans the driver runs before it reads the next frame."""
         state = self.state
-        name = action(state, frame.command)
-        if name is None:
+        if state is OPEN:
+            name = TRANSITIONS.get(frame.command, UNKNOWN)[1]
+            if self.version == "1.0":
+                trimmed(self, frame)
+        elif state is LOGIN:
+            name = TRANSITIONS.get(frame.command, UNKNOWN)[0]
+        else:
             return None  # failing or closed: the client's frames no longer count
-        if state is OPEN and self.version == "1.0":
-            trimmed(self, frame)
-        return first_step(self, HANDLERS[name](self, frame), frame)
+        try:
+            steps = HANDLERS[name](self, frame)
+        except StompError as exc:
+            self.answer(exc, frame)
+            return None
+        return first_step(self, steps, frame)
 
     def timer_fired(self, name: str) -> None:
         if name == "token":
@@ -106,14 +115,21 @@ class StompCore(Context):
             # A selector refused it: acknowledged, so RabbitMQ forgets it (the queue is the
             # subscription's own) and the prefetch window moves on.
             if sub.ack:
-                self.event_plans.append(Ack(delivery_tag, False))
+                self.settles.append(Ack(delivery_tag, False))
             return
         if sub.ack:
             self.unacked.delivered(delivery_tag, sub)
             if sub.window and not sub.growing and sub.window_full():
                 sub.growing = True
                 self.spawn(subscribe.grow(self, sub))
-        self.deliver(headers, body, sub)
+        counters = self.counters
+        counters.messages_delivered += 1
+        counters.frames_out["MESSAGE"] += 1
+        data = self.encode(Frame("MESSAGE", headers, body))
+        if sub.held is not None:
+            sub.held.append(data)
+        else:
+            self.emit(data)
 
     def confirmed(self, tag: int, multiple: bool, nack: bool) -> None:
         """basic.ack / basic.nack of publish ``tag`` (and all before it if ``multiple``)."""

@@ -25,31 +25,37 @@ from stomp_bridge.protocol import headers as hdr
 from stomp_bridge.protocol.errors import BrokerError, FrameRejected, InvalidDestination
 from stomp_bridge.protocol.frames import Frame
 
-def send(core: Context, frame: Frame) -> Steps:
+def send(core: Context, frame: Frame) -> Steps | None:
     """A transactional SEND is held, and receipted after its COMMIT (commands.commit)."""
-    if not core.transactions.hold(frame):
-        yield from send_now(core, frame)
-        core.receipt(frame)
+    if core.transactions.hold(frame):
+        return None
+    return send_now(core, frame, receipted=True)
 
 
-def send_now(core: Context, frame: Frame) -> Steps:
-    """The SEND itself (at once, or at its transaction's COMMIT); the caller receipts it."""
+def send_now(core: Context, frame: Frame, *, receipted: bool) -> Steps:
+    """The SEND itself (at once, or at its transaction's COMMIT), and its RECEIPT if
+    ``receipted``. A plain destination runs ``send_to`` alone: one generator per SEND."""
     hdr.check_send_headers(frame.headers)
     if core.policy is not None:
         core.policy.check_send(frame.headers)
     try:
         destination = core.destination(frame)
     except InvalidDestination:
-        if frame.headers.get("destination") == features.TOKEN_DESTINATION:
-            yield from update_token(core, frame)  # not a plugin destination: no cost to other SENDs
-            return
+        return send_extended(core, frame, receipted)
+    return send_to(core, frame, destination, receipted)
+
+
+def send_extended(core: Context, frame: Frame, receipted: bool) -> Steps:
+    if frame.headers.get("destination") == features.TOKEN_DESTINATION:
+        yield from update_token(core, frame)  # not a plugin destination: no cost to other SENDs
+    else:
         for part in core.extended_destinations(frame):  # composite, /dsub/ (or the plugin's error)
-            yield from send_to(core, frame, part)
-        return
-    yield from send_to(core, frame, destination)
+            yield from send_to(core, frame, part, False)
+    if receipted:
+        core.receipt(frame)
 
 
-def send_to(core: Context, frame: Frame, destination: dest.Destination) -> Steps:
+def send_to(core: Context, frame: Frame, destination: dest.Destination, receipted: bool) -> Steps:
     headers = frame.headers
     target = core.dest_rules.send_target(destination, headers, declare=destination.name not in core.declared_queues)
     if target.declare is not None:
@@ -65,17 +71,24 @@ def send_to(core: Context, frame: Frame, destination: dest.Destination) -> Steps
                 reply_to = yield from reply_queue(core, temp_id)
     props = hdr.properties_from_send(headers, reply_to)
     if ("expires" in headers or "ttl" in headers) and not set_expiration(props, headers, int(core.wall() * 1000)):
-        return  # already expired: never delivered, and the RECEIPT still comes
+        if receipted:  # already expired: never delivered, and the RECEIPT still comes
+            core.receipt(frame)
+        return
     mandatory = core.rules.mandatory
     if "mandatory" in headers:
         mandatory = hdr.parse_bool(headers["mandatory"]) or False
     seq = yield Publish(target.exchange, target.routing_key, props, frame.body, mandatory)
-    core.published(seq, mandatory, target.exchange, target.routing_key, destination.header, headers.get("receipt"))
+    if mandatory:
+        core.published_mandatory(seq, target.exchange, target.routing_key, destination.header, headers.get("receipt"))
+    else:
+        core.ledger.published(seq)
     core.counters.messages_published += 1
     if "retain" in headers and core.rules.retained_messages and destination.kind == dest.TOPIC:
         action = features.retain_action(headers)
         if action is not None:
             yield from retain(core, target, props, frame.body, action, seq if mandatory else None)
+    if receipted:
+        core.receipt(frame)
 
 
 def set_expiration(props: dict, headers: dict[str, str], now_ms: int) -> bool:
@@ -124,7 +137,7 @@ def retain(core: Context, target: dest.SendTarget, props: dict, body: bytes, act
     declare = dest.QueueDeclare(queue, durable=True, auto_delete=False, exclusive=False,
                                 arguments=dict(features.RETAINED_QUEUE_ARGUMENTS))
     yield Declare(declare)
-    core.published((yield Publish("", queue, props, body, False)))
+    core.ledger.published((yield Publish("", queue, props, body, False)))
 
 
 def update_token(core: Context, frame: Frame) -> Steps:

@@ -148,7 +148,7 @@ def copy_retained(core: Context, queue: str, binding: tuple[str, str]) -> Steps:
     found = yield Peek(features.retained_queue(*binding))
     if found is not None:
         props, body = found
-        core.published((yield Publish("", queue, props, body, False)))
+        core.ledger.published((yield Publish("", queue, props, body, False)))
 
 
 def delivery_filter(
@@ -363,7 +363,7 @@ def browse(core: Context, frame: Frame, tag: str, destination: dest.Destination)
                 yield WaitWritable()
     finally:
         for delivery_tag in taken:
-            core.event_plans.append(Nack(delivery_tag, False, True))
+            core.settles.append(Nack(delivery_tag, False, True))
     end = {"subscription": hdr.subscription_id(tag)} if hdr.has_subscription_id(tag) else {}
     end["destination"] = destination.header
     end["message-id"] = f"{tag}@@{core.session_id}@@browse-end"

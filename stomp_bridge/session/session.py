@@ -23,7 +23,7 @@ from stomp_bridge.core import login
 from stomp_bridge.core.context import Job
 from stomp_bridge.core.machine import StompCore
 from stomp_bridge.core.plans import (
-    Ack, Bind, Cancel, Consume, Declare, DeleteQueue, Disconnect, Flush, Get, Nack, OpenAmqp, Opened,
+    Ack, Bind, Cancel, Consume, Declare, DeleteQueue, Disconnect, Flush, Get, OpenAmqp, Opened,
     Peek, Publish, QueueExists, ReceiptsSent, ReleaseExclusive, ResolveSecurity, SetTimer, Settled, Sleep,
     UpdateSecret, WaitWritable,
 )
@@ -96,31 +96,33 @@ class Session:
 
     # -- the client's frames ---------------------------------------------------------------
 
-    async def handle(self, frame: Frame) -> None:
-        job = self.core.frame_received(frame)
-        if job is not None:
-            await self.run(job)
+    def handle(self, frame: Frame) -> Job | None:
+        """One client frame: the job the caller must ``run`` before the next frame, if any."""
+        core = self.core
+        job = core.frame_received(frame)
+        if core.settles:
+            self._settle()
+        return job
 
     async def run(self, job: Job) -> None:
         """Run ``job``'s plans in order, each outcome back to it, until it is done."""
+        core = self.core
         plan = job.first
         while plan is not None:
-            kind = type(plan)
+            if core.settles:  # acks and nacks go first: RabbitMQ sees them in the client's order
+                self._settle()
             try:
-                if kind is Publish:
+                if type(plan) is Publish:
                     amqp = self.channel()
                     result = self._publish_now(plan) if amqp.publisher_ready else await self._publish(plan)
-                elif kind is Ack:
-                    result = self.channel().ack(*plan)
-                elif kind is Nack:
-                    result = self.channel().nack(*plan)
                 else:
-                    result = await RUNNERS[kind](self, plan)
+                    result = await RUNNERS[type(plan)](self, plan)
             except StompError as exc:
                 plan = job.advance(None, exc)
             else:
                 plan = job.advance(result)
-        self._after_event()
+        if core.settles or core.jobs:
+            self._after_event()
 
     async def flush(self) -> None:
         """Write what the AMQP channel has batched (after each chunk of client bytes)."""
@@ -160,21 +162,30 @@ class Session:
         self._after_event()
 
     def _batch_ended(self) -> None:
-        self._after_event()
+        core = self.core
+        if core.settles or core.jobs:
+            self._after_event()
         if self._flush_writes is not None:
             self._flush_writes()
 
-    def _after_event(self) -> None:
-        """Run the acks the core's events made (a selector's drops, a browse's hand-back) and
-        start the jobs of its own (a window, a resubscribe)."""
+    def _settle(self) -> None:
+        """The acks and nacks the core decided (ACK, NACK, a selector's drops, a browse's
+        hand-back), into the channel's batch."""
         core = self.core
-        if core.event_plans:
-            plans, core.event_plans = core.event_plans, []
-            amqp = self.amqp
-            if amqp is not None and not core.closed:
-                for plan in plans:
-                    (amqp.ack if type(plan) is Ack else amqp.nack)(*plan)
-                amqp.flush_nowait()
+        settles, core.settles = core.settles, []
+        amqp = self.amqp
+        if amqp is not None and not core.closed:
+            for plan in settles:
+                (amqp.ack if type(plan) is Ack else amqp.nack)(*plan)
+
+    def _after_event(self) -> None:
+        """After RabbitMQ's events: send the acks they made and start the jobs of the core's own
+        (a window, a resubscribe)."""
+        core = self.core
+        if core.settles:
+            self._settle()
+            if self.amqp is not None:
+                self.amqp.flush_nowait()
         if core.jobs:
             jobs, core.jobs = core.jobs, []
             for job in jobs:

@@ -376,7 +376,9 @@ class Connection:
                         # From here amqp_connect_timeout bounds the wait; other frames before
                         # login get "Illegal command" and leave connect_timeout running.
                         self._logging_in = True
-                    await session.handle(frame)
+                    job = session.handle(frame)
+                    if job is not None:
+                        await session.run(job)
                     if not connected_before and session.amqp is not None:
                         self._start_heartbeats()
                 await session.flush()
