@@ -44,6 +44,7 @@ class Settings(  # pydantic takes the last base's fields first: model_fields rea
     model_config = SettingsConfigDict(
         env_prefix="STOMP_BRIDGE_", env_nested_delimiter="__", extra="ignore", frozen=False
     )
+    __hash__ = None  # type: ignore[assignment]  # assignable, so unhashable (not a section's hash)
 
     @model_validator(mode="after")
     def _rules(self) -> Settings:

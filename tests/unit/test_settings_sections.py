@@ -54,6 +54,10 @@ def test_a_view_is_frozen_and_a_copy():
         limits.max_frame_size = 4096
     settings.max_frame_size = 8192  # the settings stay assignable (tests and tools do it)
     assert limits.max_frame_size == 2048 and settings.limits.max_frame_size == 8192
+    same = Settings(max_frame_size=2048).limits
+    assert limits == same and hash(limits) == hash(same)  # a value: comparable, usable as a key
+    with pytest.raises(TypeError, match="unhashable"):  # assignable, so no hash (as before the sections)
+        hash(settings)
 
 
 def test_a_view_has_only_its_sections_fields():
