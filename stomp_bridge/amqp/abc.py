@@ -109,6 +109,10 @@ class SessionChannel(Protocol):
     async def peek(self, queue: str) -> tuple[dict[str, Any], bytes] | None:
         """The first message of ``queue`` left in place (properties, body); None if empty or missing."""
 
+    async def discard_queue(self, queue: str) -> None:
+        """Delete ``queue`` on a channel of its own, ignoring failures (the session's channel may
+        be closed by the error that made the queue useless)."""
+
     async def queue_exists(self, queue: str) -> bool: ...
 
     async def update_secret(self, secret: str) -> None:

@@ -411,6 +411,17 @@ class AmqpSession:
         if callback is not None:
             callback(delivery_tag, multiple, nack)
 
+    def listen(self, events: Any, writable: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Send every event to ``events`` (``abc.ChannelEvents``) from now on."""
+        self.on_delivery = events.delivered
+        self.on_confirm = events.confirmed
+        self.on_returned = events.returned
+        self.on_closed = events.closed
+        self.on_cancelled = events.cancelled
+        self.on_batch_end = events.batch_ended
+        if writable is not None:
+            self.set_backpressure(writable)
+
     def set_backpressure(self, wait_writable: Callable[[], Awaitable[None]]) -> None:
         """Acknowledge ack:auto deliveries only while the client keeps up.
 
@@ -727,6 +738,16 @@ class AmqpSession:
                 await writer.connection.update_secret(secret, reason="stomp-bridge: the client sent a new token")
             except (amqp_exc.AMQPError, ConnectionError) as exc:
                 raise broker_error(exc) from exc
+
+    async def discard_queue(self, queue: str) -> None:
+        """Delete ``queue`` on a channel of its own, whatever becomes of it: after a failed
+        SUBSCRIBE, whose error closed the session's channel (the plugin's maybe_clean_up_queue)."""
+        try:
+            async with self._side_channel() as channel:
+                await channel.queue_delete(queue)
+        except Exception as exc:  # noqa: BLE001 - best effort, as the plugin's
+            log.debug("could not delete queue %r after a failed subscribe: %r", queue, exc)
+        self.release_exclusive(queue)
 
     async def queue_exists(self, queue: str) -> bool:
         """Whether ``queue`` exists now (a passive declare, on a side channel)."""

@@ -85,3 +85,14 @@ def processing_error(private: str = "") -> FrameRejected:
     """What the plugin sends when its processor crashes on a bad value (a badarg or badmatch):
     ERROR ``message:Processing error``, body ``Processing error``."""
     return FrameRejected("Processing error", "Processing error", private=private)
+
+
+def token_expired(private: str = "") -> BrokerError:
+    """The ERROR for a connection whose OAuth 2 token ran out (RabbitMQ's close, or the
+    bridge's own timer for brokers that keep such a connection open)."""
+    return BrokerError(
+        "Token expired",
+        "Your OAuth 2 token (the passcode) expired, so the connection ends. Log in again with a new "
+        "token, or send a new one before it expires: SEND it to /bridge/token.",
+        private=private,
+    )

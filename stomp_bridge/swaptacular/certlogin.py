@@ -29,8 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from stomp_bridge.core.peer import PeerPolicy
 from stomp_bridge.protocol.errors import AccessRefused
-from stomp_bridge.swaptacular.profile import PeerPolicy, SwaptacularProfile
+from stomp_bridge.swaptacular.profile import SwaptacularProfile
 from stomp_bridge.tls import PeerCertificate, build_client_context
 
 # cryptography is imported by the signer, which only certificate login to RabbitMQ builds (its

@@ -15,7 +15,7 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from stomp_bridge.swaptacular.profile import render
+from stomp_bridge.core.peer import render
 
 if TYPE_CHECKING:
     from stomp_bridge.settings.sections import SwaptacularSettings

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from stomp_bridge.amqp.pool import AmqpPool
+from stomp_bridge.core.rules import Rules
 from stomp_bridge.logs import log_frame
 from stomp_bridge.metrics import Counters
 from stomp_bridge.protocol.errors import ProtocolError, StompError
@@ -257,13 +258,14 @@ class Connection:
 
     __slots__ = (
         "counters", "_initial", "link", "settings", "loop", "peer", "last_read", "last_write",
-        "_timers", "_out", "session", "_logging_in", "reading_since",
+        "_timers", "session", "core", "_logging_in", "reading_since",
     )
 
     def __init__(
         self,
         link: Link,
         settings: Settings,
+        rules: Rules,
         counters: Counters,
         pool: AmqpPool,
         peer: tuple[str, int] | None = None,
@@ -289,39 +291,31 @@ class Connection:
         # The live timer of each kind ("connect", "send", "check"): a rescheduled
         # timer replaces its predecessor, so a long-lived connection holds three at most.
         self._timers: dict[str, asyncio.TimerHandle] = {}
-        self._out: list[bytes] = []
         self._logging_in = False  # a CONNECT arrived: connect_timeout no longer applies
         self.session = Session(
-            settings,
-            self._write,
+            rules,
+            pool,
+            counters,
             self._close,
+            open_timeout=settings.amqp_connect_timeout,
             peer=self.peer,
             peer_name=name,
             flush_writes=self._flush_out,
             wait_writable=WriteGate(link),
-            counters=counters,
-            pool=pool,
             credentials=credentials,
             peer_cert=peer_cert,
             security=security,
             throttle=throttle,
         )
-
-    def _write(self, data: bytes) -> None:
-        """Coalesce frames into one socket write.
-
-        Deliveries and receipts arrive one at a time from the AMQP side; a
-        syscall each would dominate the delivery path. The transport loop and
-        the AMQP reader flush at the end of each batch they handle; the
-        ``call_soon`` covers writes from anywhere else (timers, callbacks).
-        """
-        out = self._out
-        if not out:
-            self.loop.call_soon(self._flush_out)
-        out.append(data)
+        # Frames the core writes are coalesced into one socket write. Deliveries and receipts
+        # arrive one at a time from the AMQP side; a syscall each would dominate the delivery
+        # path. The transport loop and the AMQP reader flush at the end of each batch they
+        # handle; the ``call_soon`` covers writes from anywhere else (timers, callbacks).
+        self.core = self.session.core
+        self.core.wakeup = lambda: self.loop.call_soon(self._flush_out)
 
     def _flush_out(self) -> None:
-        out = self._out
+        out = self.core.out
         if not out:
             return
         if not self.link.is_closing():
@@ -339,7 +333,7 @@ class Connection:
 
     async def run(self) -> None:
         session = self.session
-        parser = session.parser
+        parser = self.core.parser
         counters = self.counters
         frames_in = counters.frames_in
         read = self.link.read
@@ -374,7 +368,7 @@ class Connection:
                     # per invented command would grow /metrics without bound).
                     frames_in[frame.command if frame.command in CLIENT_COMMANDS else "other"] += 1
                     if debug:
-                        log_frame(log, "in", session.peer_name, frame.command, frame.headers, frame.body)
+                        log_frame(log, "in", self.core.peer_name, frame.command, frame.headers, frame.body)
                     connected_before = session.amqp is not None
                     if not connected_before and (
                         frame.command in LOGIN_COMMANDS or self.settings.implicit_connect
@@ -397,17 +391,17 @@ class Connection:
         finally:
             self._close()
             await session.close()
-            reason = session.close_reason or "client closed"
+            reason = self.core.close_reason or "client closed"
             counters.connections_closed[reason] += 1
             log.info(
                 "connection closed",
                 extra={
-                    "peer": session.peer_name,
-                    "user": session.user,
-                    "vhost": session.vhost,
+                    "peer": self.core.peer_name,
+                    "user": self.core.user,
+                    "vhost": self.core.vhost,
                     "seconds": round(self.loop.time() - started, 3),
                     "reason": reason,
-                    "detail": session.close_detail,
+                    "detail": self.core.close_detail,
                 },
             )
 
@@ -430,7 +424,7 @@ class Connection:
     # -- heart-beats (STOMP 1.1 §Heart-beating) ------------------------------------
 
     def _start_heartbeats(self) -> None:
-        send_ms, recv_ms = self.session.heartbeat
+        send_ms, recv_ms = self.core.heartbeat
         if send_ms:
             self._schedule_send(send_ms / 1000)
         if recv_ms:
@@ -444,7 +438,7 @@ class Connection:
                 return
             idle = self.loop.time() - self.last_write
             if idle >= interval * 0.9:
-                self._write(b"\n")
+                self.core.emit(b"\n")
                 idle = 0.0
             self._timers["send"] = self.loop.call_later(interval - idle, beat)
 
@@ -465,7 +459,7 @@ class Connection:
                     error = ProtocolError(
                         "Heart-beat timeout",
                         f"Nothing received from the client for {silent:.1f} s "
-                        f"(agreed heart-beat {self.session.heartbeat[1]} ms)",
+                        f"(agreed heart-beat {self.core.heartbeat[1]} ms)",
                     )
                 else:
                     error = ProtocolError(

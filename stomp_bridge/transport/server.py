@@ -20,6 +20,7 @@ from stomp_bridge.amqp import probe
 from stomp_bridge.amqp.connect import install as install_amqp
 from stomp_bridge.amqp.connect import make_pool
 from stomp_bridge.amqp.endpoints import Endpoints
+from stomp_bridge.core.rules import Rules
 from stomp_bridge.http import OpsServer
 from stomp_bridge.metrics import Metrics
 from stomp_bridge.protocol.frames import END, END_LF, Frame, serialize
@@ -63,6 +64,7 @@ class BridgeServer:
         amqp = settings.amqp
         self.endpoints = Endpoints(amqp.amqp_url)
         self.throttle = LoginThrottle(settings.login.login_failures_per_minute)
+        self.rules = Rules.of(settings)  # what every connection's STOMP core reads of the settings
         self.pool = make_pool(  # one per bridge, handed to every session (Connection -> Session)
             self.endpoints,
             heartbeat=amqp.amqp_heartbeat,
@@ -307,7 +309,7 @@ class BridgeServer:
         task = asyncio.current_task()
         assert task is not None
         connection = Connection(
-            link, self.settings, self.counters, self.pool, peer=peer, initial=initial,
+            link, self.settings, self.rules, self.counters, self.pool, peer=peer, initial=initial,
             credentials=credentials, peer_cert=peer_cert, security=security or self.security,
             throttle=self.throttle,
         )

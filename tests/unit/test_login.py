@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from stomp_bridge.protocol.errors import AccessRefused, ProtocolError
-from stomp_bridge.session import login
+from stomp_bridge.core import login
 from stomp_bridge.settings import Settings
 from stomp_bridge.swaptacular.certlogin import AmqpLogin
 

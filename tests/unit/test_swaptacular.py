@@ -8,7 +8,8 @@ from pydantic import ValidationError
 from stomp_bridge.swaptacular.certlogin import ConnectSecurity, load_credentials
 from stomp_bridge.protocol.errors import AccessRefused, ProtocolError
 from stomp_bridge.settings import Settings
-from stomp_bridge.swaptacular.profile import SwaptacularProfile, check_send_headers, render
+from stomp_bridge.core.peer import check_send_headers, render
+from stomp_bridge.swaptacular.profile import SwaptacularProfile
 from stomp_bridge.tls import PeerCertificate
 from tests import pki
 

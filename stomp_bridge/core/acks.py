@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 from stomp_bridge.protocol import headers as hdr
 from stomp_bridge.protocol.errors import BrokerError, FrameRejected
-from stomp_bridge.session.subscriptions import Subscription
+from stomp_bridge.core.subscriptions import Subscription
 
 
 def ack_target(headers: Mapping[str, str], command: str, version: str, session_id: str) -> tuple[str, int]:

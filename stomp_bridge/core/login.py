@@ -1,7 +1,7 @@
 """CONNECT's decisions, without I/O: who logs in, to which vhost, with which heart-beats,
 and what CONNECTED says.
 
-The session does the I/O around them (the certificate lookup, the login
+The driver does the I/O around them (the certificate lookup, the login
 throttle's bookkeeping, opening the AMQP connection); the order of the checks
 here is the order of the ERRORs a client sees, the plugin's where it has one:
 credentials, then heart-beat, then ``loopback_users``.
@@ -12,16 +12,21 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from stomp_bridge.protocol.connect import heartbeat_seconds, is_loopback, parse_heartbeat
 from stomp_bridge.protocol.errors import AccessRefused
 
 if TYPE_CHECKING:
-    from stomp_bridge.session.throttle import LoginThrottle
-    from stomp_bridge.settings import Settings
-    from stomp_bridge.swaptacular.certlogin import AmqpLogin
-    from stomp_bridge.swaptacular.profile import PeerPolicy
+    from stomp_bridge.core.peer import PeerPolicy
+    from stomp_bridge.core.rules import Rules as Settings
+
+
+class AmqpLogin(Protocol):
+    """A client certificate's login to RabbitMQ (``swaptacular.certlogin.AmqpLogin``)."""
+
+    user: str
+    password: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +140,7 @@ def login_request(
     return LoginRequest(user, passcode or "", vhost, heartbeat)
 
 
-def throttled(throttle: LoginThrottle, peer: str | None, user: str, wait: float) -> AccessRefused:
+def throttled(throttle: Any, peer: str | None, user: str, wait: float) -> AccessRefused:
     """The refusal of a login the throttle holds back for ``wait`` more seconds."""
     return AccessRefused(
         "Bad CONNECT",
@@ -158,3 +163,19 @@ def connected_headers(
 def server_header(broker_version: str, bridge_version: str) -> str:
     # Clients match on "RabbitMQ/"; the comment (STOMP 1.2 grammar) names the bridge.
     return f"RabbitMQ/{broker_version} (stomp-bridge/{bridge_version})"
+
+
+def fallback_vhost(settings: Settings, vhost: str) -> str | None:
+    """The vhost to log in to instead if RabbitMQ refuses ``vhost`` (see :func:`falls_back`)."""
+    if (
+        settings.unknown_host_default_vhost
+        and vhost != settings.default_vhost
+        and vhost not in settings.host_vhosts.values()
+    ):
+        return settings.default_vhost
+    return None
+
+
+def vhost_refused(error: AccessRefused) -> bool:
+    """RabbitMQ refused the vhost (not the credentials)."""
+    return error.detail.startswith("Virtual host")
