@@ -21,6 +21,7 @@ import sys
 import time
 
 from bench.procstat import cpu_seconds, start_bridge
+from testkit.stats import percentile
 from testkit.stomp import StompClient
 
 
@@ -51,11 +52,10 @@ async def _run(port: int, logins: int, parallel: int, held: int) -> dict:
     elapsed = time.perf_counter() - started
     for client in keep:
         await client.close(wait=False)
-    latencies.sort()
     return {
         "logins_per_s": logins / elapsed,
-        "p50_ms": statistics.median(latencies) * 1000,
-        "p99_ms": latencies[int(len(latencies) * 0.99) - 1] * 1000,
+        "p50_ms": percentile(latencies, 50) * 1000,
+        "p99_ms": percentile(latencies, 99) * 1000,
     }
 
 

@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Callable
 
 from testkit.management import Management
+from testkit.stats import percentile
 from testkit.stomp import Frame, StompClient, serialize
 
 READ_TIMEOUT = 30.0  # no frame at all for this long: the scenario is stuck
@@ -214,13 +215,6 @@ async def scenario_fanout(port: int, rabbit: Management, messages: int, subscrib
         await rabbit.cleanup_topic(key)
     return {"value": messages * subscribers / elapsed, "elapsed_s": elapsed, "messages": messages * subscribers,
             "receipts_out_of_order": stats["receipts_out_of_order"]}
-
-
-def percentile(sorted_values: list[float], p: float) -> float:
-    k = (len(sorted_values) - 1) * p / 100
-    lo = int(k)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (k - lo)
 
 
 async def scenario_pingpong(port: int, rabbit: Management, rounds: int, warmup: int = 100,

@@ -2,8 +2,8 @@
 """Write the generated tables of the documentation site, or check them (``--check``).
 
 - docs/configuration.md, between ``<!-- settings:begin -->`` and ``<!-- settings:end -->``:
-  every setting, from the settings model (``stomp_bridge.settings.reference()``, the same text
-  ``stomp-bridge config reference`` prints);
+  every setting, a table per section, from the settings model (``stomp_bridge.settings.reference()``,
+  the same text ``stomp-bridge config reference`` prints);
 - docs/helm-values.md, between ``<!-- values:begin -->`` and ``<!-- values:end -->``: every value
   of the Helm chart, from helm/stomp-bridge/values.yaml (``scripts/chart-readme.py``'s table,
   the same one the chart's README carries).

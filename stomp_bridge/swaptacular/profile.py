@@ -23,11 +23,11 @@ from stomp_bridge.protocol.errors import AccessRefused, ProtocolError
 from stomp_bridge.tls import PeerCertificate
 
 if TYPE_CHECKING:
-    from stomp_bridge.settings import Settings
+    from stomp_bridge.settings.sections import SwaptacularSettings
 
 
 class SwaptacularProfile:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: SwaptacularSettings) -> None:
         self.peer_id_from = settings.swpt_peer_id_from
         self.host = settings.swpt_host
         self.vhost = settings.swpt_vhost
