@@ -54,8 +54,10 @@ class Harness:
         self.gets: dict[str, list[tuple]] = {}  # what basic.get finds, by queue
         self.peeks: dict[str, tuple[dict, bytes]] = {}  # retained messages, by retained queue
         self.missing: set[str] = set()  # queues QueueExists says are gone
-        self.unread: deque[Frame] = deque()  # frames sent while an earlier one's job waits
+        self.unread: deque[tuple[Frame, int]] = deque()  # frames sent while an earlier one's job waits
         self.reading: Job | None = None  # that job
+        self.reading_step: int | None = None  # the step its frame came at
+        self.running: Job | None = None  # the job whose plan is being answered
         self.step = 0  # which client frame or event the test is at (publishes are marked with it)
         self.published: dict[int, tuple[Any, int]] = {}  # publish number -> (Publish, step)
         self.parser = FrameParser(Limits(max_frame_size=1 << 30, max_headers=10_000, max_header_length=1 << 20))
@@ -67,16 +69,17 @@ class Harness:
 
     def frame(self, command: str, headers: dict[str, str] | None = None, body: bytes = b"") -> None:
         """A client frame; it waits (as the driver reads no more) while an earlier frame's job waits."""
-        self.unread.append(Frame(command, dict(headers or {}), body))
+        self.unread.append((Frame(command, dict(headers or {}), body), self.step))
         self._read()
         self.pump()
 
     def _read(self) -> None:
         while self.unread and self.reading is None:
-            job = self.core.frame_received(self.unread.popleft())
+            frame, step = self.unread.popleft()
+            job = self.core.frame_received(frame)
             self._settles()
             if job is not None:
-                self.reading = job
+                self.reading, self.reading_step = job, step
                 self._run(job, job.first)
 
     def connect(self, **headers: str) -> Frame:
@@ -165,6 +168,7 @@ class Harness:
 
     def _steps(self, job: Job, plan: Any) -> None:
         self.reading_done = False
+        self.running = job
         while plan is not None:
             self._settles()
             self.plans.append(plan)
@@ -189,7 +193,9 @@ class Harness:
         kind = type(plan)
         if kind is p.Publish:
             self.seq += 1
-            self.published[self.seq] = (plan, self.step)
+            # marked with the step of the frame that made it (its job may go on after later steps)
+            made = self.reading_step if self.running is self.reading else self.step
+            self.published[self.seq] = (plan, made if made is not None else self.step)
             return self.seq
         if kind is p.Declare:
             name = plan.declare.queue

@@ -546,7 +546,8 @@ class Model:
 
     def __init__(self, h: Harness) -> None:
         self.h = h
-        self.owed: dict[str, int] = {}  # receipt id -> the step whose publishes it confirms
+        # receipt id -> (the step it is owed at, the body of its SEND or None)
+        self.owed: dict[str, tuple[int, bytes | None]] = {}
         self.held: dict[str, list[str]] = {"t1": [], "t2": []}  # a transaction's SEND receipts
         self.receipts: list[str] = []  # RECEIPTs in the order written
         self.errors: list = []
@@ -561,12 +562,18 @@ class Model:
             if frame.command == "RECEIPT":
                 rid = frame.headers["receipt-id"]
                 self.receipts.append(rid)
-                step = self.owed[rid]
-                for seq, (_, made) in self.h.published.items():
-                    if made <= step:  # every publish before the receipted frame: confirmed, not returned
-                        assert seq in self.confirmed and seq not in self.returned, (rid, seq)
+                for seq in range(1, self.covers(rid) + 1):  # every publish before it: confirmed, kept
+                    assert seq in self.confirmed and seq not in self.returned, (rid, seq)
             elif frame.command == "ERROR":
                 self.errors.append(frame)
+
+    def covers(self, rid: str) -> int:
+        """The last publish a RECEIPT confirms: its SEND's last (a retained copy included), or
+        the last made by the frames up to its own."""
+        step, body = self.owed[rid]
+        published = self.h.published.items()
+        mine = [seq for seq, (plan, _) in published if body is not None and plan.body == body]
+        return max(mine or [seq for seq, (_, made) in published if made <= step] or [0])
 
     def routable(self, seq: int) -> bool:
         plan, _ = self.h.published[seq]
@@ -611,6 +618,7 @@ def test_receipts_in_frame_order_only_for_what_rabbitmq_confirmed_and_kept(actio
         rid = f"r{number}"
         if kind == "send":
             _, destination, mandatory, receipt, retain, tx = action
+            body = f"b{number}".encode()
             headers = {"destination": destination, "mandatory": str(mandatory).lower()}
             if receipt:
                 headers["receipt"] = rid
@@ -620,22 +628,22 @@ def test_receipts_in_frame_order_only_for_what_rabbitmq_confirmed_and_kept(actio
                 headers["transaction"] = tx
             if receipt:
                 if tx is not None and tx in m.held:
-                    m.held[tx].append(rid)
+                    m.held[tx].append((rid, body))
                 else:
-                    m.owed[rid] = h.step
-            h.frame("SEND", headers)
+                    m.owed[rid] = (h.step, body)
+            h.frame("SEND", headers, body)
         elif kind == "begin":
             m.held[action[1]] = []
             h.frame("BEGIN", {"transaction": action[1], "receipt": rid})
-            m.owed[rid] = h.step
+            m.owed[rid] = (h.step, None)
         elif kind == "commit":
-            for held in m.held.get(action[1], []):
-                m.owed[held] = h.step
+            for held, body in m.held.get(action[1], []):
+                m.owed[held] = (h.step, body)
             m.held[action[1]] = []
             headers = {"transaction": action[1]}
             if action[2]:
                 headers["receipt"] = rid
-                m.owed[rid] = h.step
+                m.owed[rid] = (h.step, None)
             h.frame("COMMIT", headers)
         elif kind == "abort":
             m.held[action[1]] = []
@@ -646,7 +654,8 @@ def test_receipts_in_frame_order_only_for_what_rabbitmq_confirmed_and_kept(actio
     m.check_frames()
 
     # RECEIPTs leave in the order of their frames (a transactional SEND's at its COMMIT)
-    assert [m.owed[r] for r in m.receipts] == sorted(m.owed[r] for r in m.receipts)
+    order = [(m.owed[r][0], m.covers(r)) for r in m.receipts]
+    assert order == sorted(order)
     assert len(set(m.receipts)) == len(m.receipts)
     # a retained copy is only ever of a message RabbitMQ routed
     for seq, (plan, _) in h.published.items():
@@ -659,11 +668,10 @@ def test_receipts_in_frame_order_only_for_what_rabbitmq_confirmed_and_kept(actio
     if refusals:
         # the first returned publish ends it all: every RECEIPT owed before it came, none after
         first = min(m.returned)
-        made = h.published[first][1]
         assert h.core.state is CLOSED and len(refusals) == 1 and m.frames_after_error == 0
-        for rid, step in m.owed.items():
+        for rid in m.owed:
             if rid not in errored:
-                assert (rid in m.receipts) == (step < made), (rid, step, made)
+                assert (rid in m.receipts) == (m.covers(rid) < first), (rid, m.covers(rid), first)
     else:
         assert not m.returned
         assert set(m.owed) - errored == set(m.receipts)
