@@ -57,7 +57,6 @@ class Harness:
         self.unread: deque[tuple[Frame, int]] = deque()  # frames sent while an earlier one's job waits
         self.reading: Job | None = None  # that job
         self.reading_step: int | None = None  # the step its frame came at
-        self.running: Job | None = None  # the job whose plan is being answered
         self.step = 0  # which client frame or event the test is at (publishes are marked with it)
         self.published: dict[int, tuple[Any, int]] = {}  # publish number -> (Publish, step)
         self.parser = FrameParser(Limits(max_frame_size=1 << 30, max_headers=10_000, max_header_length=1 << 20))
@@ -77,7 +76,7 @@ class Harness:
         while self.unread and self.reading is None:
             frame, step = self.unread.popleft()
             job = self.core.frame_received(frame)
-            self._settles()
+            self._outbox(step)
             if job is not None:
                 self.reading, self.reading_step = job, step
                 self._run(job, job.first)
@@ -139,14 +138,19 @@ class Harness:
         self._run(job, job.advance(result, error))
         self.pump()
 
-    def _settles(self) -> None:
-        """The acks and nacks the core decided, in order among its plans (as the driver sends them)."""
-        self.plans.extend(self.core.settles)
-        self.core.settles = []
+    def _outbox(self, made: int | None) -> None:
+        """The publishes, acks and nacks the core queued, in order among its plans (as the driver
+        sends them); each publish numbered and marked with the step of the frame that made it."""
+        for plan in self.core.to_amqp:
+            self.plans.append(plan)
+            if type(plan) is p.Publish:
+                self.seq += 1
+                self.published[self.seq] = (plan, self.step if made is None else made)
+        self.core.to_amqp.clear()
 
     def pump(self) -> None:
         """Run what the core started or unblocked: its own jobs, settled publishes."""
-        self._settles()
+        self._outbox(None)
         while self.core.jobs or self.ready:
             jobs, self.core.jobs = self.core.jobs, []
             for job in jobs:
@@ -168,9 +172,9 @@ class Harness:
 
     def _steps(self, job: Job, plan: Any) -> None:
         self.reading_done = False
-        self.running = job
+        made = self.reading_step if job is self.reading else None
         while plan is not None:
-            self._settles()
+            self._outbox(made)
             self.plans.append(plan)
             kind = type(plan)
             queued = self.refuse.get(kind)
@@ -187,16 +191,11 @@ class Harness:
                 self.core.when_settled(plan.seq, lambda ok, job=job: self.ready.append((job, ok)))
                 return
             plan = job.advance(self._answer(plan))
+        self._outbox(made)
         self.reading_done = True
 
     def _answer(self, plan: Any) -> Any:
         kind = type(plan)
-        if kind is p.Publish:
-            self.seq += 1
-            # marked with the step of the frame that made it (its job may go on after later steps)
-            made = self.reading_step if self.running is self.reading else self.step
-            self.published[self.seq] = (plan, made if made is not None else self.step)
-            return self.seq
         if kind is p.Declare:
             name = plan.declare.queue
             if not name:

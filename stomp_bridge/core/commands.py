@@ -14,7 +14,7 @@ from stomp_bridge.core.context import OPEN, Context, Steps, log
 from stomp_bridge.core.plans import (
     Ack, Disconnect, Flush, Nack, OpenAmqp, Opened, ReceiptsSent, ResolveSecurity,
 )
-from stomp_bridge.core.send import send_now, token_timer
+from stomp_bridge.core.send import send, token_timer
 from stomp_bridge.core.transactions import transaction_id
 from stomp_bridge.protocol import destinations as dest
 from stomp_bridge.protocol import features
@@ -87,13 +87,13 @@ def already_connected(core: Context, frame: Frame) -> None:
 
 def ack(core: Context, frame: Frame) -> None:
     if not core.transactions.hold(frame):
-        core.settles.append(settle(core, frame, "ACK"))
+        core.to_amqp.append(settle(core, frame, "ACK"))
     core.receipt(frame)
 
 
 def nack(core: Context, frame: Frame) -> None:
     if not core.transactions.hold(frame):
-        core.settles.append(settle(core, frame, "NACK"))
+        core.to_amqp.append(settle(core, frame, "NACK"))
     core.receipt(frame)
 
 
@@ -128,9 +128,11 @@ def commit(core: Context, frame: Frame) -> Steps:
     for action in core.transactions.commit(transaction_id(frame.headers, "COMMIT")):
         try:
             if action.command == "SEND":
-                yield from send_now(core, action, receipted=True)
+                steps = send(core, action, committed=True)
+                if steps is not None:
+                    yield from steps
             else:
-                core.settles.append(settle(core, action, action.command))
+                core.to_amqp.append(settle(core, action, action.command))
         except StompError as exc:
             core.answer(exc, action)
             if core.state is not OPEN:

@@ -23,6 +23,7 @@ from time import monotonic, time
 from typing import Any, NamedTuple
 
 from stomp_bridge.core.acks import Unacked
+from stomp_bridge.core.plans import Publish
 from stomp_bridge.core.receipts import NOTHING_HELD, ReceiptLedger
 from stomp_bridge.core.rules import Rules
 from stomp_bridge.core.subscriptions import Subscription
@@ -44,6 +45,7 @@ FAILING = "failing"  # RabbitMQ refused a publish: no more frames read, the ERRO
 CLOSED = "closed"
 
 Steps = Generator[Any, Any, None]  # a handler run: yields plans, gets their outcomes
+_new = tuple.__new__  # a NamedTuple without its Python-level __new__: one per SEND
 
 
 class Sent(NamedTuple):
@@ -107,7 +109,7 @@ class Context:
         "state", "version", "session_id", "user", "vhost", "heartbeat", "eol", "parser", "dest_rules",
         "subscriptions", "unacked", "transactions", "declared_queues", "reply_queues", "exclusive_queues",
         "client_id", "policy", "token_subject", "discard_on_close", "ledger", "mandatory", "refused", "settling",
-        "close_reason", "close_detail", "out", "wakeup", "on_close", "settles", "jobs",
+        "close_reason", "close_detail", "out", "wakeup", "on_close", "to_amqp", "jobs",
     )
 
     def __init__(
@@ -169,13 +171,13 @@ class Context:
         self.settling: dict[int, Callable[[bool], None]] = {}  # Settled plans waiting, by publish
         self.close_reason = ""
         self.close_detail = ""
-        # Outputs: frames for the client; the basic.ack/nack to send, in order (ACK, NACK, a
-        # selector's drops, a browse's hand-back: they cannot fail, so nothing waits on them);
-        # work of the connection's own.
+        # Outputs: frames for the client; the publishes, acks and nacks to send, in order (they
+        # cannot fail: a publish AMQP cannot carry is refused before it is numbered, so nothing
+        # waits on them); work of the connection's own.
         self.out: list[bytes] = []
         self.wakeup: Callable[[], None] | None = None  # called when ``out`` stops being empty
         self.on_close: Callable[[], None] | None = None  # called once, when the connection must end
-        self.settles: list[Any] = []
+        self.to_amqp: list[Any] = []
         self.jobs: list[Job] = []
 
     @property
@@ -236,11 +238,17 @@ class Context:
         ledger = self.ledger
         ledger.receipt(receipt, data, ledger.last, then)
 
-    def published_mandatory(self, seq: int, exchange: str, routing_key: str, destination: str,
-                            receipt: str | None) -> None:
-        """Mandatory publish ``seq`` went out: RECEIPTs after it wait for its confirm, and a
-        basic.return is matched to it (see ``machine.returned``)."""
+    def publish(self, exchange: str, routing_key: str, properties: dict, body: bytes, mandatory: bool) -> int:
+        """A publish, numbered as RabbitMQ will confirm it (1, 2, 3 … on the session's one
+        publishing channel): RECEIPTs queued after it wait for its confirm."""
+        seq = self.ledger.last + 1
         self.ledger.published(seq)
+        self.to_amqp.append(_new(Publish, (exchange, routing_key, properties, body, mandatory)))
+        return seq
+
+    def mandatory_sent(self, seq: int, exchange: str, routing_key: str, destination: str,
+                       receipt: str | None) -> None:
+        """Publish ``seq`` is mandatory: a basic.return is matched to it (``machine.returned``)."""
         if self.mandatory is NOTHING_HELD:
             self.mandatory = deque()
         self.mandatory.append(Sent(seq, exchange, routing_key, destination, receipt))

@@ -5,7 +5,7 @@ and the driver report (:meth:`~StompCore.delivered`, :meth:`~StompCore.confirmed
 :meth:`~StompCore.returned`, :meth:`~StompCore.cancelled`, :meth:`~StompCore.amqp_closed`,
 :meth:`~StompCore.timer_fired`, and each plan's outcome through its :class:`~.context.Job`).
 Outputs are values the driver collects: the frames to write (``data_to_send``), the plans of
-a frame's job, the acks and nacks to send (``settles``), the connection's own jobs
+a frame's job, the publishes, acks and nacks to send (``to_amqp``), the connection's own jobs
 (``jobs``), and whether it ended (``closed``, ``on_close``). Nothing here awaits, reads a
 socket or a clock of its own, or knows aiormq: ``tests/unit/test_core.py`` runs every
 command in every state with no broker.
@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from stomp_bridge.core import commands, send, subscribe
-from stomp_bridge.core.context import CLOSED, LOGIN, OPEN, Context, Job, Steps, first_step
+from stomp_bridge.core.context import CLOSED, LOGIN, OPEN, Context, Job, Steps
 from stomp_bridge.core.plans import Ack
 from stomp_bridge.core.state import TRANSITIONS, UNKNOWN, action
 from stomp_bridge.protocol import headers as hdr
@@ -86,10 +86,15 @@ class StompCore(Context):
             return None  # failing or closed: the client's frames no longer count
         try:
             steps = HANDLERS[name](self, frame)
+            if steps is None:
+                return None
+            first = steps.send(None)
+        except StopIteration:
+            return None
         except StompError as exc:
             self.answer(exc, frame)
             return None
-        return first_step(self, steps, frame)
+        return Job(self, steps, frame, first)
 
     def timer_fired(self, name: str) -> None:
         if name == "token":
@@ -115,7 +120,7 @@ class StompCore(Context):
             # A selector refused it: acknowledged, so RabbitMQ forgets it (the queue is the
             # subscription's own) and the prefetch window moves on.
             if sub.ack:
-                self.settles.append(Ack(delivery_tag, False))
+                self.to_amqp.append(Ack(delivery_tag, False))
             return
         if sub.ack:
             self.unacked.delivered(delivery_tag, sub)

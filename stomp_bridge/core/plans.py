@@ -1,6 +1,8 @@
 """What the STOMP core asks the driver to do: frozen values, one class per operation.
 
-A command's handler (a generator, see ``context.Job``) yields a plan and gets the outcome
+Publishes, acks and nacks cannot fail, so a handler queues them (``Context.to_amqp``) and goes
+on; the driver sends them in order before anything else. Otherwise a command's handler (a
+generator, see ``context.Job``) yields a plan and gets the outcome
 back: the value in the comment, or the :class:`~stomp_bridge.protocol.errors.StompError`
 the operation failed with, thrown in where the plan was yielded. The driver
 (``session/session.py``) runs each kind of plan in one place, against the typed AMQP channel
@@ -16,10 +18,10 @@ from typing import Any, NamedTuple
 
 from stomp_bridge.protocol.destinations import QueueDeclare
 
-# -- per message: the driver runs these at once, with no wait ---------------------------
+# -- per message: the core queues these in ``to_amqp``; the driver sends them in order -------
 
 
-class Publish(NamedTuple):  # -> the publish's confirm sequence number
+class Publish(NamedTuple):
     exchange: str
     routing_key: str
     properties: dict[str, Any]
@@ -27,18 +29,16 @@ class Publish(NamedTuple):  # -> the publish's confirm sequence number
     mandatory: bool
 
 
-class Ack(NamedTuple):  # -> None
+class Ack(NamedTuple):
     delivery_tag: int
     multiple: bool
 
 
-class Nack(NamedTuple):  # -> None
+class Nack(NamedTuple):
     delivery_tag: int
     multiple: bool
     requeue: bool
 
-
-SYNC_PLANS = (Publish, Ack, Nack)
 
 # -- RPCs and waits ------------------------------------------------------------------------
 

@@ -29,7 +29,7 @@ class ReceiptLedger:
         self._observe = observe  # seconds from publish to confirm
         self._unconfirmed: dict[int, float] = {}  # sequence number -> when published
         self._low = 1  # no number below this is unconfirmed
-        self._high = 0  # the last number published
+        self.last = 0  # the number of the last publish (0: none yet); read, never written, outside
         self._stop = 1 << 62  # a refused publish: no RECEIPT covering it or later leaves
         # (last publish it covers, id, frame, what to run once the frame is written)
         # Created with the first held RECEIPT: an empty deque costs ~600 bytes, on each of
@@ -42,14 +42,9 @@ class ReceiptLedger:
         """RECEIPTs waiting for confirms."""
         return len(self._held)
 
-    @property
-    def last(self) -> int:
-        """The number of the last publish (0: none yet)."""
-        return self._high
-
     def published(self, seq: int) -> None:
         self._unconfirmed[seq] = monotonic()
-        self._high = seq
+        self.last = seq
 
     def receipt(
         self, receipt_id: str, frame: bytes, last_seq: int, then: Callable[[], None] | None = None
@@ -71,7 +66,7 @@ class ReceiptLedger:
     def confirmed(self, tag: int, multiple: bool) -> None:
         unconfirmed, observe = self._unconfirmed, self._observe
         now = monotonic()
-        low, high = self._low, self._high
+        low, high = self._low, self.last
         if multiple:
             while low <= tag and low <= high:
                 sent = unconfirmed.pop(low, None)

@@ -17,7 +17,7 @@ and no copy is kept.
 from __future__ import annotations
 
 from stomp_bridge.core.context import Context, Steps, log
-from stomp_bridge.core.plans import Consume, Declare, DeleteQueue, Publish, Settled, SetTimer, UpdateSecret
+from stomp_bridge.core.plans import Consume, Declare, DeleteQueue, Settled, SetTimer, UpdateSecret
 from stomp_bridge.core.subscriptions import Subscription
 from stomp_bridge.protocol import destinations as dest
 from stomp_bridge.protocol import features
@@ -25,70 +25,106 @@ from stomp_bridge.protocol import headers as hdr
 from stomp_bridge.protocol.errors import BrokerError, FrameRejected, InvalidDestination
 from stomp_bridge.protocol.frames import Frame
 
-def send(core: Context, frame: Frame) -> Steps | None:
-    """A transactional SEND is held, and receipted after its COMMIT (commands.commit)."""
-    if core.transactions.hold(frame):
+def send(core: Context, frame: Frame, committed: bool = False) -> Steps | None:
+    """SEND: its publishes, then its RECEIPT. A transactional one is held until its COMMIT
+    (``transactions.py``), which runs it here with ``committed``. A SEND that needs nothing of
+    RabbitMQ but the publish (a declared or plain destination) is done here, with no generator;
+    None then."""
+    if not committed and core.transactions.hold(frame):
         return None
-    return send_now(core, frame, receipted=True)
-
-
-def send_now(core: Context, frame: Frame, *, receipted: bool) -> Steps:
-    """The SEND itself (at once, or at its transaction's COMMIT), and its RECEIPT if
-    ``receipted``. A plain destination runs ``send_to`` alone: one generator per SEND."""
     hdr.check_send_headers(frame.headers)
     if core.policy is not None:
         core.policy.check_send(frame.headers)
     try:
         destination = core.destination(frame)
     except InvalidDestination:
-        return send_extended(core, frame, receipted)
-    return send_to(core, frame, destination, receipted)
+        return send_extended(core, frame)
+    headers = frame.headers
+    target = core.dest_rules.send_target(destination, headers, declare=destination.name not in core.declared_queues)
+    if (
+        target.declare is not None
+        or ("reply-to" in headers and needs_reply_queue(core, headers))
+        or ("retain" in headers and retain_action(core, headers, destination))
+    ):
+        return send_to(core, frame, destination, target, receipted=True)
+    publish(core, frame, destination, target, None)
+    core.receipt(frame)
+    return None
 
 
-def send_extended(core: Context, frame: Frame, receipted: bool) -> Steps:
+def send_extended(core: Context, frame: Frame) -> Steps:
     if frame.headers.get("destination") == features.TOKEN_DESTINATION:
         yield from update_token(core, frame)  # not a plugin destination: no cost to other SENDs
     else:
         for part in core.extended_destinations(frame):  # composite, /dsub/ (or the plugin's error)
-            yield from send_to(core, frame, part, False)
-    if receipted:
-        core.receipt(frame)
+            target = core.dest_rules.send_target(part, frame.headers, declare=part.name not in core.declared_queues)
+            yield from send_to(core, frame, part, target, receipted=False)
+    core.receipt(frame)
 
 
-def send_to(core: Context, frame: Frame, destination: dest.Destination, receipted: bool) -> Steps:
+def send_to(core: Context, frame: Frame, destination: dest.Destination, target: dest.SendTarget,
+            receipted: bool) -> Steps:
+    """One destination of a SEND that needs RabbitMQ first: the queue declared, the reply queue,
+    or (after the publish) the retained copy."""
     headers = frame.headers
-    target = core.dest_rules.send_target(destination, headers, declare=destination.name not in core.declared_queues)
     if target.declare is not None:
         core.declared(target.declare, (yield Declare(target.declare)))
     reply_to = None
-    reply_header = headers.get("reply-to")
-    if reply_header is not None:
-        if reply_header.startswith(features.TEMP_TOPIC_PREFIX):
-            reply_to = features.temp_topic_reply_to(reply_header, core.session_id)
+    if needs_reply_queue(core, headers):
+        reply_to = yield from reply_queue(core, dest.reply_to_temp_queue(headers["reply-to"]))
+    sent = publish(core, frame, destination, target, reply_to)
+    action = retain_action(core, headers, destination)
+    if sent is not None and action is not None:
+        seq, props, mandatory = sent
+        yield from retain(core, target, props, frame.body, action, seq if mandatory else None)
+    if receipted:
+        core.receipt(frame)
+
+
+def needs_reply_queue(core: Context, headers: dict[str, str]) -> bool:
+    """``reply-to: /temp-queue/<id>`` whose queue this session has not declared yet."""
+    reply = headers.get("reply-to")
+    if reply is None or reply.startswith(features.TEMP_TOPIC_PREFIX):
+        return False
+    temp_id = dest.reply_to_temp_queue(reply)
+    return temp_id is not None and temp_id not in core.reply_queues
+
+
+def retain_action(core: Context, headers: dict[str, str], destination: dest.Destination) -> str | None:
+    if "retain" in headers and core.rules.retained_messages and destination.kind == dest.TOPIC:
+        return features.retain_action(headers)
+    return None
+
+
+def publish(core: Context, frame: Frame, destination: dest.Destination, target: dest.SendTarget,
+            reply_to: str | None) -> tuple[int, dict, bool] | None:
+    """The publish of one destination of a SEND: its number, properties and whether it is
+    mandatory; None if Apollo's ``expires``/``ttl`` says it expired already (never delivered,
+    and the RECEIPT still comes)."""
+    headers = frame.headers
+    reply = headers.get("reply-to")
+    if reply_to is None and reply is not None:
+        if reply.startswith(features.TEMP_TOPIC_PREFIX):
+            reply_to = features.temp_topic_reply_to(reply, core.session_id)
         else:
-            temp_id = dest.reply_to_temp_queue(reply_header)
+            temp_id = dest.reply_to_temp_queue(reply)
             if temp_id is not None:
-                reply_to = yield from reply_queue(core, temp_id)
+                reply_to = core.reply_queues.get(temp_id)
     props = hdr.properties_from_send(headers, reply_to)
     if ("expires" in headers or "ttl" in headers) and not set_expiration(props, headers, int(core.wall() * 1000)):
-        if receipted:  # already expired: never delivered, and the RECEIPT still comes
-            core.receipt(frame)
-        return
+        return None
     mandatory = core.rules.mandatory
     if "mandatory" in headers:
         mandatory = hdr.parse_bool(headers["mandatory"]) or False
-    seq = yield Publish(target.exchange, target.routing_key, props, frame.body, mandatory)
+    exchange, routing_key = target.exchange, target.routing_key
+    problem = hdr.publish_problem(exchange, routing_key, props)
+    if problem is not None:  # a value AMQP cannot carry, e.g. a 300-byte routing key
+        raise FrameRejected("Invalid header", f"{problem}\n")
+    seq = core.publish(exchange, routing_key, props, frame.body, mandatory)
     if mandatory:
-        core.published_mandatory(seq, target.exchange, target.routing_key, destination.header, headers.get("receipt"))
-    else:
-        core.ledger.published(seq)
+        core.mandatory_sent(seq, exchange, routing_key, destination.header, headers.get("receipt"))
     core.counters.messages_published += 1
-    if "retain" in headers and core.rules.retained_messages and destination.kind == dest.TOPIC:
-        action = features.retain_action(headers)
-        if action is not None:
-            yield from retain(core, target, props, frame.body, action, seq if mandatory else None)
-    if receipted:
-        core.receipt(frame)
+    return seq, props, mandatory
 
 
 def set_expiration(props: dict, headers: dict[str, str], now_ms: int) -> bool:
@@ -137,7 +173,7 @@ def retain(core: Context, target: dest.SendTarget, props: dict, body: bytes, act
     declare = dest.QueueDeclare(queue, durable=True, auto_delete=False, exclusive=False,
                                 arguments=dict(features.RETAINED_QUEUE_ARGUMENTS))
     yield Declare(declare)
-    core.ledger.published((yield Publish("", queue, props, body, False)))
+    core.publish("", queue, props, body, False)
 
 
 def update_token(core: Context, frame: Frame) -> Steps:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from stomp_bridge.core.context import Context, Steps, log
 from stomp_bridge.core.plans import (
-    Bind, Cancel, Consume, Declare, DeleteQueue, Get, Nack, Peek, Publish, QueueExists,
+    Bind, Cancel, Consume, Declare, DeleteQueue, Get, Nack, Peek, QueueExists,
     ReleaseExclusive, Sleep, WaitWritable,
 )
 from stomp_bridge.core.subscriptions import Subscription, part_tag, window_tag
@@ -148,7 +148,7 @@ def copy_retained(core: Context, queue: str, binding: tuple[str, str]) -> Steps:
     found = yield Peek(features.retained_queue(*binding))
     if found is not None:
         props, body = found
-        core.ledger.published((yield Publish("", queue, props, body, False)))
+        core.publish("", queue, props, body, False)
 
 
 def delivery_filter(
@@ -363,7 +363,7 @@ def browse(core: Context, frame: Frame, tag: str, destination: dest.Destination)
                 yield WaitWritable()
     finally:
         for delivery_tag in taken:
-            core.settles.append(Nack(delivery_tag, False, True))
+            core.to_amqp.append(Nack(delivery_tag, False, True))
     end = {"subscription": hdr.subscription_id(tag)} if hdr.has_subscription_id(tag) else {}
     end["destination"] = destination.header
     end["message-id"] = f"{tag}@@{core.session_id}@@browse-end"

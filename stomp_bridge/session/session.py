@@ -20,7 +20,7 @@ from stomp_bridge.amqp.channel import AmqpSession
 from stomp_bridge.amqp.errors import broker_error
 from stomp_bridge.amqp.pool import AmqpPool
 from stomp_bridge.core import login
-from stomp_bridge.core.context import Job
+from stomp_bridge.core.context import CLOSED, Job
 from stomp_bridge.core.machine import StompCore
 from stomp_bridge.core.plans import (
     Ack, Bind, Cancel, Consume, Declare, DeleteQueue, Disconnect, Flush, Get, OpenAmqp, Opened,
@@ -30,7 +30,7 @@ from stomp_bridge.core.plans import (
 from stomp_bridge.core.rules import Rules
 from stomp_bridge.logs import log_frame
 from stomp_bridge.metrics import Counters
-from stomp_bridge.protocol.errors import AccessRefused, BrokerError, FrameRejected, StompError
+from stomp_bridge.protocol.errors import AccessRefused, BrokerError, StompError
 from stomp_bridge.protocol.frames import Frame
 
 if TYPE_CHECKING:
@@ -97,31 +97,32 @@ class Session:
     # -- the client's frames ---------------------------------------------------------------
 
     def handle(self, frame: Frame) -> Job | None:
-        """One client frame: the job the caller must ``run`` before the next frame, if any."""
+        """One client frame: None once it is done, else what the caller must ``run`` before the
+        next frame (the frame's job, or the opening of the publishing channel)."""
         core = self.core
         job = core.frame_received(frame)
-        if core.settles:
-            self._settle()
+        if core.to_amqp and not self._to_amqp() and job is None:
+            return OPEN_PUBLISHER
         return job
 
     async def run(self, job: Job) -> None:
         """Run ``job``'s plans in order, each outcome back to it, until it is done."""
         core = self.core
+        if core.to_amqp:
+            await self._to_amqp_opening()
+        if job is OPEN_PUBLISHER:
+            return
         plan = job.first
         while plan is not None:
-            if core.settles:  # acks and nacks go first: RabbitMQ sees them in the client's order
-                self._settle()
             try:
-                if type(plan) is Publish:
-                    amqp = self.channel()
-                    result = self._publish_now(plan) if amqp.publisher_ready else await self._publish(plan)
-                else:
-                    result = await RUNNERS[type(plan)](self, plan)
+                result = await RUNNERS[type(plan)](self, plan)
             except StompError as exc:
                 plan = job.advance(None, exc)
             else:
                 plan = job.advance(result)
-        if core.settles or core.jobs:
+            if core.to_amqp:  # in the client's order, before the job's next plan
+                await self._to_amqp_opening()
+        if core.jobs:
             self._after_event()
 
     async def flush(self) -> None:
@@ -163,29 +164,46 @@ class Session:
 
     def _batch_ended(self) -> None:
         core = self.core
-        if core.settles or core.jobs:
+        if core.to_amqp or core.jobs:
             self._after_event()
         if self._flush_writes is not None:
             self._flush_writes()
 
-    def _settle(self) -> None:
-        """The acks and nacks the core decided (ACK, NACK, a selector's drops, a browse's
-        hand-back), into the channel's batch."""
+    def _to_amqp(self) -> bool:
+        """Send the publishes, acks and nacks the core queued, in order, into the channel's batch;
+        False if a publish waits for the publishing channel to open (``_to_amqp_opening``)."""
         core = self.core
-        settles, core.settles = core.settles, []
+        out = core.to_amqp
         amqp = self.amqp
-        if amqp is not None and not core.closed:
-            for plan in settles:
-                (amqp.ack if type(plan) is Ack else amqp.nack)(*plan)
+        if amqp is None or core.state is CLOSED:
+            out.clear()
+            return True
+        index = 0
+        for plan in out:
+            kind = type(plan)
+            if kind is Publish:
+                if not amqp.publisher_ready:
+                    del out[:index]
+                    return False
+                amqp.publish(*plan)
+            elif kind is Ack:
+                amqp.ack(*plan)
+            else:
+                amqp.nack(*plan)
+            index += 1
+        out.clear()
+        return True
+
+    async def _to_amqp_opening(self) -> None:
+        while not self._to_amqp():
+            await self.channel().open_publisher()
 
     def _after_event(self) -> None:
         """After RabbitMQ's events: send the acks they made and start the jobs of the core's own
         (a window, a resubscribe)."""
         core = self.core
-        if core.settles:
-            self._settle()
-            if self.amqp is not None:
-                self.amqp.flush_nowait()
+        if core.to_amqp and self._to_amqp() and self.amqp is not None:
+            self.amqp.flush_nowait()
         if core.jobs:
             jobs, core.jobs = core.jobs, []
             for job in jobs:
@@ -231,16 +249,6 @@ class Session:
         await amqp.close()
 
     # -- the plans ---------------------------------------------------------------------------
-
-    async def _publish(self, plan: Publish) -> int:
-        await self.channel().open_publisher()
-        return self._publish_now(plan)
-
-    def _publish_now(self, plan: Publish) -> int:
-        try:
-            return self.amqp.publish(*plan)
-        except ValueError as exc:  # a value AMQP cannot carry, e.g. a 300-byte routing key
-            raise FrameRejected("Invalid header", f"{exc}\n") from None
 
     async def _open_amqp(self, plan: OpenAmqp) -> Opened:
         """The AMQP session for the login, through the login throttle: a refusal counts as a
@@ -312,6 +320,9 @@ class Session:
 
     async def _disconnect(self, plan: Disconnect) -> None:
         await self._close_amqp()
+
+
+OPEN_PUBLISHER: Any = object()  # handle()'s answer when a publish waits for its channel to open
 
 
 class _Events:
