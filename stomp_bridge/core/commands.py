@@ -24,6 +24,8 @@ from stomp_bridge.protocol.errors import FrameRejected, ProtocolError, StompErro
 from stomp_bridge.protocol.frames import Frame, serialize
 from stomp_bridge.protocol.parser import Limits
 
+_new = tuple.__new__  # a NamedTuple without its Python-level __new__: one per ACK
+
 # -- CONNECT ------------------------------------------------------------------------------
 
 
@@ -105,7 +107,7 @@ def settle(core: Context, frame: Frame, command: str) -> Ack | Nack:
         raise FrameRejected("Subscription not found", f"Message with id {tp(value)} has no subscription")
     multiple = core.unacked.settle(consumer_tag, delivery_tag)
     if command == "ACK":
-        return Ack(delivery_tag, multiple)
+        return _new(Ack, (delivery_tag, multiple))
     requeue = hdr.parse_bool(frame.headers.get("requeue"))
     if requeue is None:
         requeue = core.rules.default_nack_requeue

@@ -106,7 +106,7 @@ class Context:
 
     __slots__ = (
         "rules", "counters", "peer", "peer_name", "credentials", "clock", "wall", "new_session_id", "trace",
-        "state", "version", "session_id", "user", "vhost", "heartbeat", "eol", "parser", "dest_rules",
+        "state", "closed", "version", "session_id", "user", "vhost", "heartbeat", "eol", "parser", "dest_rules",
         "subscriptions", "unacked", "transactions", "declared_queues", "reply_queues", "exclusive_queues",
         "client_id", "policy", "token_subject", "discard_on_close", "ledger", "mandatory", "refused", "settling",
         "close_reason", "close_detail", "out", "wakeup", "on_close", "to_amqp", "jobs",
@@ -136,6 +136,7 @@ class Context:
         self.new_session_id = new_session_id
         self.trace = trace  # (direction, frame): the DEBUG frame log, when on
         self.state = LOGIN
+        self.closed = False  # state is CLOSED (an attribute: read per frame)
         self.version = "1.2"  # escaping for frames before negotiation
         self.session_id = ""
         self.user = ""
@@ -179,10 +180,6 @@ class Context:
         self.on_close: Callable[[], None] | None = None  # called once, when the connection must end
         self.to_amqp: list[Any] = []
         self.jobs: list[Job] = []
-
-    @property
-    def closed(self) -> bool:
-        return self.state is CLOSED
 
     # -- frames out ---------------------------------------------------------------------
 
@@ -329,6 +326,7 @@ class Context:
         if self.state is CLOSED:
             return
         self.state = CLOSED
+        self.closed = True
         if reason:
             self.close_reason, self.close_detail = reason, detail
         self.transactions.clear()

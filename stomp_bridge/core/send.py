@@ -35,11 +35,14 @@ def send(core: Context, frame: Frame, committed: bool = False) -> Steps | None:
     hdr.check_send_headers(frame.headers)
     if core.policy is not None:
         core.policy.check_send(frame.headers)
+    headers = frame.headers
+    value = headers.get("destination")
+    if value is None:
+        core.destination(frame)  # raises the plugin's "Missing destination"
     try:
-        destination = core.destination(frame)
+        destination = dest.parse_destination(value)
     except InvalidDestination:
         return send_extended(core, frame)
-    headers = frame.headers
     target = core.dest_rules.send_target(destination, headers, declare=destination.name not in core.declared_queues)
     if (
         target.declare is not None
@@ -48,7 +51,8 @@ def send(core: Context, frame: Frame, committed: bool = False) -> Steps | None:
     ):
         return send_to(core, frame, destination, target, receipted=True)
     publish(core, frame, destination, target, None)
-    core.receipt(frame)
+    if "receipt" in headers:
+        core.queue_receipt(headers["receipt"])
     return None
 
 

@@ -333,7 +333,8 @@ class Connection:
 
     async def run(self) -> None:
         session = self.session
-        parser = self.core.parser
+        core = self.core
+        parser = core.parser
         counters = self.counters
         frames_in = counters.frames_in
         read = self.link.read
@@ -342,7 +343,7 @@ class Connection:
         self._timers["connect"] = self.loop.call_later(self.settings.connect_timeout, self._connect_timeout)
         handled = 0
         try:
-            while not session.closed:
+            while not core.closed:
                 if self._initial:
                     data, self._initial = self._initial, b""
                 else:
@@ -354,7 +355,7 @@ class Connection:
                 self.last_read = self.loop.time()
                 counters.bytes_in += len(data)
                 parser.feed(data)
-                while not session.closed:
+                while not core.closed:
                     frame = parser.next_frame()
                     if frame is None:
                         break
@@ -415,7 +416,7 @@ class Connection:
         self.session.fail(SHUTDOWN)
 
     def _connect_timeout(self) -> None:
-        if self.session.amqp is None and not self.session.closed and not self._logging_in:
+        if self.session.amqp is None and not self.core.closed and not self._logging_in:
             self.session.fail(
                 ProtocolError(
                     "Connect timeout",
@@ -436,7 +437,7 @@ class Connection:
 
     def _schedule_send(self, interval: float) -> None:
         def beat() -> None:
-            if self.session.closed:
+            if self.core.closed:
                 return
             idle = self.loop.time() - self.last_write
             if idle >= interval * 0.9:
@@ -448,7 +449,7 @@ class Connection:
 
     def _schedule_check(self, limit: float, *, heartbeat: bool) -> None:
         def check() -> None:
-            if self.session.closed:
+            if self.core.closed:
                 return
             since = self.reading_since
             if since is None:  # not reading: the silence is the bridge's, not the client's

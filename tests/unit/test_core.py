@@ -72,7 +72,10 @@ def test_an_unknown_command_once_logged_in_is_a_bad_command_and_the_connection_s
 @pytest.mark.parametrize("state", [FAILING, CLOSED])
 def test_a_failing_or_closed_connection_reads_no_frame(state, command):
     h = connected()
-    h.core.state = state
+    if state is CLOSED:
+        h.core.close()
+    else:
+        h.core.state = state
     before = len(h.plans)
     h.frame(command, {"destination": "/queue/q", "receipt": "r", "transaction": "t", "id": "1"})
     assert h.frames() == [] and len(h.plans) == before
