@@ -86,7 +86,7 @@ class SharedConnection:
         self.key = key
         self.connection = connection
         self.hooks = hooks
-        self.sessions: dict[int, Any] = {}  # channel number -> AmqpSession (or a lean channel holding it)
+        self.sessions: dict[int, Any] = {}  # channel number -> AmqpSession, or the lean channel holding it
         self.reserved = 0  # channels open or being opened
         self.opened_at = now
         self.channel_max = connection.connection_tune.channel_max or RABBIT_CHANNEL_MAX

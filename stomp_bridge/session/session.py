@@ -367,14 +367,7 @@ class Session:
         self.amqp = amqp
         self.user, self.vhost = user, vhost
         self.rules = dest.DestinationRules(s.default_topic_exchange, amqp.dialect, s.headers_bindings)
-        self.amqp.on_delivery = self._on_delivery
-        self.amqp.on_confirm = self._on_confirm
-        self.amqp.on_returned = self._on_returned
-        self.amqp.on_closed = self._on_amqp_closed
-        self.amqp.on_cancelled = self._on_server_cancel
-        self.amqp.on_batch_end = self._flush_writes
-        if self._wait_writable is not None:
-            self.amqp.set_backpressure(self._wait_writable)
+        amqp.listen(_AmqpEvents(self), self._wait_writable)
         self.version = version
         # The plugin's codec unescapes every frame with 1.2 rules whatever the
         # version, and escapes what it sends the same way; both sides match it.
@@ -961,3 +954,17 @@ _HANDLERS: dict[str, Callable[[Session, Frame], Any]] = {
     "CONNECT": lambda self, frame: self._on_connect(frame, implicit=False),
     "STOMP": lambda self, frame: self._on_connect(frame, implicit=False),
 }
+
+
+class _AmqpEvents:
+    """The session's handlers as the channel's ``amqp.abc.ChannelEvents``."""
+
+    __slots__ = ("delivered", "confirmed", "returned", "cancelled", "closed", "batch_ended")
+
+    def __init__(self, session: Session) -> None:
+        self.delivered = session._on_delivery
+        self.confirmed = session._on_confirm
+        self.returned = session._on_returned
+        self.cancelled = session._on_server_cancel
+        self.closed = session._on_amqp_closed
+        self.batch_ended = session._flush_writes

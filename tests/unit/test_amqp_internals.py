@@ -48,26 +48,6 @@ def test_version_of_reads_numbers_before_any_suffix() -> None:
     assert internals.version_of("aiormq")[:1] == (internals.AIORMQ_VERSIONS[0][0],)
 
 
-def test_channel_internals_the_fallback_reader_overrides_and_calls() -> None:
-    channel = aiormq.channel.Channel
-    assert _params(channel._get_frame) == ["self"], _why("aiormq Channel._get_frame() changed")
-    assert _params(channel._read_content) == ["self", "frame", "header"], _why(
-        "aiormq Channel._read_content(frame, header) changed"
-    )
-    assert _params(channel._on_deliver_frame) == ["self", "frame"], _why(
-        "aiormq Channel._on_deliver_frame(frame), which the session overrides, changed"
-    )
-    assert _params(channel._on_confirm_frame) == ["self", "frame"], _why(
-        "aiormq Channel._on_confirm_frame(frame), which the session overrides, changed"
-    )
-    assert inspect.iscoroutinefunction(channel._on_deliver_frame), _why("_on_deliver_frame is no longer async")
-    assert inspect.iscoroutinefunction(channel._on_confirm_frame), _why("_on_confirm_frame is no longer async")
-    # DeliveredMessage.body is what read_content returns as the body
-    assert "body" in inspect.signature(aiormq.abc.DeliveredMessage).parameters or hasattr(
-        aiormq.abc.DeliveredMessage, "body"
-    ), _why("aiormq DeliveredMessage has no body")
-
-
 def test_frame_receiver_the_bulk_reader_subclasses() -> None:
     receiver = internals.FrameReceiver
     assert receiver is aiormq.connection.FrameReceiver or issubclass(
@@ -201,20 +181,43 @@ def test_install_is_idempotent() -> None:
     from stomp_bridge.amqp.connect import install
     from stomp_bridge.amqp.reader import BulkFrameReceiver
 
-    assert install() is True
-    assert install() is True
+    install()
+    install()
     assert aiormq.connection.FrameReceiver is BulkFrameReceiver
     assert pamqp.encode.table_integer is internals.table_integer_as_long
     assert internals.installed()
 
 
-def test_install_leaves_aiormq_alone_for_a_receiver_that_is_not_its_subclass() -> None:
+def test_install_refuses_a_receiver_that_is_not_aiormqs_subclass_naming_the_aiormq_needed() -> None:
     class Unrelated:
         pass
 
     before = aiormq.connection.FrameReceiver
-    internals.install(Unrelated)
+    with pytest.raises(internals.UnsupportedAiormq) as refused:
+        internals.install(Unrelated)
     assert aiormq.connection.FrameReceiver is before
+    text = str(refused.value)
+    assert "FrameReceiver" in text and "aiormq>=7.2,<8.0" in text and "pip install 'aiormq>=7.2,<8.0'" in text, text
+
+
+def test_install_refuses_an_aiormq_whose_frame_receiver_moved(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An aiormq that no longer reads frames with connection.FrameReceiver (the class the bridge's
+    reader extends): the bridge must not start, and nothing is half-installed."""
+    from stomp_bridge.amqp.reader import BulkFrameReceiver
+
+    class Moved:
+        pass
+
+    monkeypatch.setattr(aiormq.connection, "FrameReceiver", Moved)
+    stock = pamqp.encode.table_integer
+    monkeypatch.setattr(pamqp.encode, "table_integer", stock)
+    monkeypatch.setattr(internals, "_receiver", None)
+    with pytest.raises(internals.UnsupportedAiormq, match="cannot read AMQP with aiormq"):
+        internals.install(BulkFrameReceiver)
+    assert aiormq.connection.FrameReceiver is Moved and pamqp.encode.table_integer is stock
+    assert not internals.installed()
+    with pytest.raises(RuntimeError, match="reader is not installed"):
+        internals.require_installed()
 
 
 def test_channel_error_is_the_exception_aiormq_raises_for_a_channel_close() -> None:
