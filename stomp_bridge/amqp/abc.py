@@ -52,6 +52,7 @@ class SessionChannel(Protocol):
 
     broker_version_text: str  # RabbitMQ's version, as its server properties say it
     dialect: Dialect  # the plugin rules of that version
+    publish_seq: int  # the number the last ``publish`` returned (0 before any)
 
     def listen(self, events: ChannelEvents, writable: Callable[[], Awaitable[None]] | None = None) -> None:
         """Send every event to ``events`` from now on. ``writable`` returns once the client's
