@@ -64,7 +64,7 @@ class AmqpSession:
     """The channel that serves one STOMP connection, on a shared AMQP connection."""
 
     __slots__ = (
-        "pool", "shared", "connection", "channel", "broker_version_text", "dialect", "publish_seq",
+        "pool", "shared", "channel", "broker_version_text", "dialect", "publish_seq",
         "_main", "_out", "_number", "_credentials", "_opening_publisher", "_events", "_closing",
         "_prefetch", "_auto", "_acker", "_rpcs", "_lost", "_consuming",
     )
@@ -75,9 +75,8 @@ class AmqpSession:
     ) -> None:
         self.pool = pool
         self.shared = shared
-        connection = self.connection = shared.connection
         self.channel = channel
-        version = connection.server_properties.get("version", "0")
+        version = shared.connection.server_properties.get("version", "0")
         self.broker_version_text = version.decode() if isinstance(version, bytes) else str(version)
         self.dialect = Dialect(version_tuple(self.broker_version_text))  # the plugin rules of this version
         self.publish_seq = 0  # the broker numbers confirms from 1 on the publishing channel

@@ -91,7 +91,7 @@ def unsupported(problem: str) -> UnsupportedAiormq:
         have = "an aiormq without package metadata"
     wanted = needed()
     pip = "pip install " + " ".join(f"'{spec}'" for spec in wanted.split(" and "))
-    return UnsupportedAiormq(f"stomp-bridge cannot read AMQP with {have}: {problem}. It needs {wanted} ({pip}).")
+    return UnsupportedAiormq(f"cannot read AMQP with {have}: {problem}. stomp-bridge needs {wanted} ({pip}).")
 
 
 def install(receiver: type) -> None:

@@ -227,3 +227,19 @@ def test_channel_error_is_the_exception_aiormq_raises_for_a_channel_close() -> N
     error = internals.channel_error(spec.Channel.Close(reply_code=404, reply_text="NOT_FOUND - no queue 'q'"))
     assert isinstance(error, aiormq.exceptions.ChannelNotFoundEntity), _why("exception_by_code maps 404 otherwise")
     assert "NOT_FOUND - no queue 'q'" in repr(error.args)
+
+
+_CHECK_REFUSAL = r'''
+import aiormq.connection
+aiormq.connection.FrameReceiver = type("FrameReceiver", (), {})  # an aiormq whose reader moved
+from stomp_bridge.cli import main
+raise SystemExit(main(["--port", "0", "--http-port", "0", "--amqp-url", "amqp://guest:guest@127.0.0.1:1/"]))
+'''
+
+
+def test_the_bridge_refuses_to_start_on_an_aiormq_it_cannot_read_with() -> None:
+    """No silent fallback: the command exits, saying which aiormq it needs."""
+    done = subprocess.run([sys.executable, "-c", _CHECK_REFUSAL], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, (done.returncode, done.stderr)
+    assert "stomp-bridge: cannot read AMQP with aiormq" in done.stderr, done.stderr
+    assert "stomp-bridge needs aiormq>=7.2,<8.0 and pamqp>=4.0,<5.0" in done.stderr, done.stderr
