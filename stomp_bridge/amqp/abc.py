@@ -26,7 +26,8 @@ from stomp_bridge.protocol.errors import StompError
 
 
 class ChannelEvents(Protocol):
-    """What RabbitMQ tells a session, called synchronously from the AMQP reader."""
+    """What RabbitMQ tells a session: plain calls, never awaited, from the AMQP reader (or, for
+    ``closed``, a callback one loop pass after the channel's end, or the RPC that saw it)."""
 
     def delivered(self, delivery: Delivery) -> None:
         """basic.deliver on one of the session's consumers."""

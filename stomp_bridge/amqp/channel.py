@@ -34,15 +34,15 @@ bad header …) are refused by the bridge before any AMQP command, so the channe
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiormq.exceptions as amqp_exc
 from pamqp import commands as spec
 
+from stomp_bridge.amqp import sidechannel
 from stomp_bridge.amqp.abc import ChannelEvents
 from stomp_bridge.amqp.autoack import AutoAck
 from stomp_bridge.amqp.autoacker import AutoAcker
@@ -119,7 +119,7 @@ class AmqpSession:
         see ``connect.make_pool``); ``timeout`` bounds the channel's opening."""
         shared = await pool.acquire(login, passcode, vhost, client_name, context=context, external=external)
         try:
-            channel = await asyncio.wait_for(_open_channel(shared), timeout)
+            channel = await asyncio.wait_for(LeanChannel.open_on(shared), timeout)
         except BaseException as exc:
             await pool.release(shared)
             if isinstance(exc, (amqp_exc.AMQPError, ConnectionError, RuntimeError, asyncio.TimeoutError)):
@@ -171,7 +171,7 @@ class AmqpSession:
                 self._publish_here(exc)
                 return
             try:
-                channel = await asyncio.wait_for(_open_channel(shared), timeout)
+                channel = await asyncio.wait_for(LeanChannel.open_on(shared), timeout)
             except BaseException as exc:
                 await pool.release(shared)
                 if not isinstance(exc, Exception):
@@ -402,51 +402,16 @@ class AmqpSession:
             return None
         return _got(message)
 
-    @contextlib.asynccontextmanager
-    async def _side_channel(self) -> AsyncIterator[LeanChannel]:
-        """A short-lived channel on this session's connection, for what may fail with NOT_FOUND:
-        that closes the channel it is sent on, and the session's own must stay open."""
-        shared = self.shared
-        try:
-            channel = await _open_channel(shared, confirms=False)
-        except (amqp_exc.AMQPError, ConnectionError, RuntimeError) as exc:
-            raise broker_error(exc) from exc
-        try:
-            yield channel
-        finally:
-            try:
-                await channel.close()
-            finally:
-                shared.hooks.channels.pop(channel.number, None)
-                if shared.sessions.get(channel.number) is channel:
-                    del shared.sessions[channel.number]
-
     async def peek(self, queue: str) -> tuple[dict[str, Any], bytes] | None:
-        """The first message of ``queue`` left in place, or None if it is empty or missing: read
-        on a side channel, whose close hands the message back."""
+        """The first message of ``queue`` left in place, or None if it is empty or missing (on a
+        side channel: a 404 must not close the session's)."""
         self._check_exclusive(queue)
         await self.flush()
-        async with self._side_channel() as channel:
-            try:
-                message = await channel.basic_get(queue, no_ack=False)
-            except amqp_exc.ChannelNotFoundEntity:
-                return None
-            except (amqp_exc.AMQPError, ConnectionError) as exc:
-                raise broker_error(exc) from exc
-        if not isinstance(message, GetResult):
-            return None
-        return message.properties, message.body
+        return await sidechannel.peek(self.shared, queue)
 
     async def queue_exists(self, queue: str) -> bool:
         """Whether ``queue`` exists now (a passive declare, on a side channel)."""
-        async with self._side_channel() as channel:
-            try:
-                await channel.queue_declare(queue, passive=True)
-            except amqp_exc.ChannelNotFoundEntity:
-                return False
-            except (amqp_exc.AMQPError, ConnectionError) as exc:
-                raise broker_error(exc) from exc
-        return True
+        return await sidechannel.queue_exists(self.shared, queue)
 
     async def update_secret(self, secret: str) -> None:
         """A new secret (an OAuth 2 token) for this session's AMQP connection
@@ -510,14 +475,6 @@ class AmqpSession:
             if shared.sessions.get(out.number) is channel:
                 del shared.sessions[out.number]
                 await self.pool.release(shared)
-
-
-def _open_channel(shared: SharedConnection, *, confirms: bool = True) -> Awaitable[LeanChannel]:
-    """A lean channel on a free number of ``shared``, its frames routed by the bulk reader."""
-    hooks = shared.hooks
-    return LeanChannel.open(
-        shared.connection, shared.free_number(), hooks, hooks.channels, shared.sessions, confirms=confirms,
-    )
 
 
 def _got(message: GetResult) -> Delivery:

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import aiormq
 import aiormq.exceptions as amqp_exc
@@ -30,6 +30,9 @@ from pamqp import commands as spec
 from stomp_bridge.amqp import internals
 from stomp_bridge.amqp.codec import decode_method
 from stomp_bridge.amqp.reader import ChannelHooks
+
+if TYPE_CHECKING:
+    from stomp_bridge.amqp.pool import SharedConnection
 
 
 class GetResult(NamedTuple):
@@ -93,6 +96,14 @@ class LeanChannel:
             # this closed channel, which absorbs late replies, until the connection ends.
             raise
         return channel
+
+    @classmethod
+    def open_on(cls, shared: SharedConnection, *, confirms: bool = True) -> Awaitable[LeanChannel]:
+        """:meth:`open` on a free channel number of a pool's shared connection."""
+        hooks = shared.hooks
+        return cls.open(
+            shared.connection, shared.free_number(), hooks, hooks.channels, shared.sessions, confirms=confirms,
+        )
 
     # -- RPCs, named as aiormq.Channel's ------------------------------------------------------
 
