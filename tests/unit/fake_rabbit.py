@@ -63,7 +63,6 @@ class FakeConnection:
         self.connection_tune = SimpleNamespace(frame_max=131072, channel_max=2047)
         self.server_properties = {"version": b"4.3.6"}
         self.closing = loop.create_future()
-        self.channels: dict[int, Any] = {}  # aiormq's own channels: none
         self.is_closed = False
         self.secrets: list[str] = []
 
