@@ -88,6 +88,11 @@ def test_connection_write_queue_and_channel_frame() -> None:
         assert isinstance(queue, asyncio.Queue) and queue.maxsize > 0, _why(
             "aiormq Connection.write_queue is no longer a bounded asyncio.Queue (the backpressure)"
         )
+        unblocked = internals.unblocked(connection)
+        assert isinstance(unblocked, asyncio.Event), _why(
+            "aiormq Connection.__connection_unblocked (clear between connection.blocked and "
+            "unblocked) is gone or no longer an asyncio.Event"
+        )
     finally:
         loop.close()
     frame = internals.channel_frame(b"payload")
