@@ -26,7 +26,8 @@ from stomp_bridge.protocol.errors import StompError
 
 
 class ChannelEvents(Protocol):
-    """What RabbitMQ tells a session, called synchronously from the AMQP reader."""
+    """What RabbitMQ tells a session: plain calls, never awaited, from the AMQP reader (or, for
+    ``closed``, a callback one loop pass after the channel's end, or the RPC that saw it)."""
 
     def delivered(self, delivery: Delivery) -> None:
         """basic.deliver on one of the session's consumers."""
@@ -52,6 +53,7 @@ class SessionChannel(Protocol):
 
     broker_version_text: str  # RabbitMQ's version, as its server properties say it
     dialect: Dialect  # the plugin rules of that version
+    publish_seq: int  # the number the last ``publish`` returned (0 before any)
 
     def listen(self, events: ChannelEvents, writable: Callable[[], Awaitable[None]] | None = None) -> None:
         """Send every event to ``events`` from now on. ``writable`` returns once the client's

@@ -135,10 +135,10 @@ async def test_connection_lost_fails_what_waits_and_a_close_in_progress_ends():
     await channel.close()  # already closed: returns at once
 
 
-async def test_basic_cancel_from_rabbitmq_reaches_the_callbacks_and_get_returns_content_or_empty():
+async def test_basic_cancel_from_rabbitmq_reaches_on_cancel_and_get_returns_content_or_empty():
     channel, socket, _, _ = await opened()
     cancelled = []
-    channel.on_consumer_cancel_callbacks.add(lambda frame: cancelled.append(frame.consumer_tag))
+    channel.on_cancel = cancelled.append
     channel.hooks.on_method(payload(spec.Basic.Cancel(consumer_tag="T_9", nowait=True)))
     assert cancelled == ["T_9"]
     empty = asyncio.ensure_future(channel.basic_get("q"))
