@@ -16,6 +16,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from stomp_bridge.amqp.abc import SessionChannel
 from stomp_bridge.amqp.channel import AmqpSession
 from stomp_bridge.amqp.errors import broker_error
 from stomp_bridge.amqp.pool import AmqpPool
@@ -72,7 +73,7 @@ class Session:
                 log_frame(log, direction, self.core.peer_name, frame.command, frame.headers, frame.body)
         self.core = StompCore(rules, counters, peer=peer, peer_name=peer_name, credentials=credentials, trace=trace)
         self.core.on_close = close_transport
-        self.amqp: AmqpSession | None = None
+        self.amqp: SessionChannel | None = None
         self.pool = pool
         self.counters = counters
         self._open_timeout = open_timeout
@@ -89,7 +90,7 @@ class Session:
     def closed(self) -> bool:
         return self.core.closed
 
-    def channel(self) -> AmqpSession:
+    def channel(self) -> SessionChannel:
         if self.amqp is None:
             raise BrokerError("Not connected", "The AMQP connection is gone; reconnect.")
         return self.amqp
@@ -151,7 +152,7 @@ class Session:
 
     # -- RabbitMQ's events (amqp.abc.ChannelEvents) -----------------------------------------
 
-    def _listen(self, amqp: AmqpSession) -> None:
+    def _listen(self, amqp: SessionChannel) -> None:
         events = _Events()
         core = self.core
         events.delivered, events.confirmed, events.returned = core.delivered, core.confirmed, core.returned
@@ -284,7 +285,7 @@ class Session:
         self._listen(amqp)
         return Opened(vhost, amqp.broker_version_text, amqp.dialect)
 
-    async def _open_channel(self, user: str, passcode: str, vhost: str, cert_login: AmqpLogin | None) -> AmqpSession:
+    async def _open_channel(self, user: str, passcode: str, vhost: str, cert_login: AmqpLogin | None) -> SessionChannel:
         security = self._security
         return await AmqpSession.open(
             self.pool, user, passcode, vhost,
