@@ -106,6 +106,8 @@ def settle(core: Context, frame: Frame, command: str) -> Ack | Nack:
         value = frame.headers[hdr.ack_header_name(core.version)]
         raise FrameRejected("Subscription not found", f"Message with id {tp(value)} has no subscription")
     multiple = core.unacked.settle(consumer_tag, delivery_tag)
+    if core.observer is not None:
+        core.observer.settled(delivery_tag, multiple, command)
     if command == "ACK":
         return _new(Ack, (delivery_tag, multiple))
     requeue = hdr.parse_bool(frame.headers.get("requeue"))

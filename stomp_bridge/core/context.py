@@ -23,6 +23,7 @@ from time import monotonic, time
 from typing import Any, NamedTuple
 
 from stomp_bridge.core.acks import Unacked
+from stomp_bridge.core.observer import Observer
 from stomp_bridge.core.plans import Publish
 from stomp_bridge.core.receipts import NOTHING_HELD, ReceiptLedger
 from stomp_bridge.core.rules import Rules
@@ -109,7 +110,7 @@ class Context:
         "state", "closed", "version", "session_id", "user", "vhost", "heartbeat", "eol", "parser", "dest_rules",
         "subscriptions", "unacked", "transactions", "declared_queues", "reply_queues", "exclusive_queues",
         "client_id", "policy", "token_subject", "discard_on_close", "ledger", "mandatory", "refused", "settling",
-        "close_reason", "close_detail", "out", "wakeup", "on_close", "to_amqp", "jobs",
+        "close_reason", "close_detail", "out", "wakeup", "on_close", "to_amqp", "jobs", "observer",
     )
 
     def __init__(
@@ -180,6 +181,8 @@ class Context:
         self.on_close: Callable[[], None] | None = None  # called once, when the connection must end
         self.to_amqp: list[Any] = []
         self.jobs: list[Job] = []
+        # Told what happens to each SEND and delivery (observer.py): the driver's tracer, or None.
+        self.observer: Observer | None = None
 
     # -- frames out ---------------------------------------------------------------------
 
@@ -267,6 +270,8 @@ class Context:
             return
         if self.refused is None or seq < self.refused[0]:
             self.refused = (seq, error)
+        if self.observer is not None:
+            self.observer.refused(seq, error)
         self.state = FAILING
         self.ledger.stop_at(seq)
         for waiting in [s for s in self.settling if s >= seq]:
@@ -292,6 +297,8 @@ class Context:
             return
         if exc.receipt_id is None:
             exc.receipt_id = frame.headers.get("receipt")
+        if self.observer is not None:
+            self.observer.failed(frame, exc)
         self.fail(exc, close=exc.fatal or self.rules.close_on_error)
 
     def fail(self, error: StompError, *, close: bool = True) -> None:

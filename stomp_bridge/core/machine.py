@@ -127,6 +127,8 @@ class StompCore(Context):
             if sub.window and not sub.growing and sub.window_full():
                 sub.growing = True
                 self.spawn(subscribe.grow(self, sub))
+        if self.observer is not None:
+            self.observer.delivered(sub, delivery_tag, headers, properties)
         counters = self.counters
         counters.messages_delivered += 1
         counters.frames_out["MESSAGE"] += 1
@@ -153,6 +155,8 @@ class StompCore(Context):
                 ),
             )
             return
+        if self.observer is not None:  # before the RECEIPTs this confirm lets out
+            self.observer.confirmed(tag, multiple)
         ledger.confirmed(tag, multiple)
         sent = self.mandatory
         while sent and not ledger.is_unconfirmed(sent[0].seq):

@@ -32,6 +32,9 @@ def send(core: Context, frame: Frame, committed: bool = False) -> Steps | None:
     None then."""
     if not committed and core.transactions.hold(frame):
         return None
+    observer = core.observer
+    if observer is not None:
+        observer.send(frame)
     hdr.check_send_headers(frame.headers)
     if core.policy is not None:
         core.policy.check_send(frame.headers)
@@ -51,9 +54,20 @@ def send(core: Context, frame: Frame, committed: bool = False) -> Steps | None:
     ):
         return send_to(core, frame, destination, target, receipted=True)
     publish(core, frame, destination, target, None)
-    if "receipt" in headers:
+    if observer is not None:
+        handled(core, frame)
+    elif "receipt" in headers:
         core.queue_receipt(headers["receipt"])
     return None
+
+
+def handled(core: Context, frame: Frame) -> None:
+    """Every publish of the SEND is queued: its RECEIPT (if it asked for one) once RabbitMQ
+    confirmed all before it, and the observer (if any) told of both."""
+    then = core.observer.handled(frame) if core.observer is not None else None
+    receipt = frame.headers.get("receipt")
+    if receipt is not None:
+        core.queue_receipt(receipt, then)
 
 
 def send_extended(core: Context, frame: Frame) -> Steps:
@@ -63,7 +77,7 @@ def send_extended(core: Context, frame: Frame) -> Steps:
         for part in core.extended_destinations(frame):  # composite, /dsub/ (or the plugin's error)
             target = core.dest_rules.send_target(part, frame.headers, declare=part.name not in core.declared_queues)
             yield from send_to(core, frame, part, target, receipted=False)
-    core.receipt(frame)
+    handled(core, frame)
 
 
 def send_to(core: Context, frame: Frame, destination: dest.Destination, target: dest.SendTarget,
@@ -82,7 +96,7 @@ def send_to(core: Context, frame: Frame, destination: dest.Destination, target: 
         seq, props, mandatory = sent
         yield from retain(core, target, props, frame.body, action, seq if mandatory else None)
     if receipted:
-        core.receipt(frame)
+        handled(core, frame)
 
 
 def needs_reply_queue(core: Context, headers: dict[str, str]) -> bool:
@@ -127,6 +141,8 @@ def publish(core: Context, frame: Frame, destination: dest.Destination, target: 
     seq = core.publish(exchange, routing_key, props, frame.body, mandatory)
     if mandatory:
         core.mandatory_sent(seq, exchange, routing_key, destination.header, headers.get("receipt"))
+    if core.observer is not None:  # the publish is queued, not sent: it may add to props["headers"]
+        core.observer.published(frame, seq, exchange, routing_key, props)
     core.counters.messages_published += 1
     return seq, props, mandatory
 

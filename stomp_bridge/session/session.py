@@ -36,6 +36,7 @@ from stomp_bridge.protocol.frames import Frame
 
 if TYPE_CHECKING:
     from stomp_bridge.session.throttle import LoginThrottle
+    from stomp_bridge.session.tracing import Tracing
     from stomp_bridge.swaptacular.certlogin import AmqpLogin, ConnectSecurity
     from stomp_bridge.tls import PeerCertificate
 
@@ -47,7 +48,7 @@ class Session:
 
     __slots__ = (
         "core", "amqp", "pool", "counters", "_open_timeout", "_close_transport", "_flush_writes", "_wait_writable",
-        "_security", "_peer_cert", "_throttle", "_tasks", "_timer",
+        "_security", "_peer_cert", "_throttle", "_tasks", "_timer", "_tracer",
     )
 
     def __init__(
@@ -66,6 +67,7 @@ class Session:
         peer_cert: PeerCertificate | None = None,
         security: ConnectSecurity | None = None,
         throttle: LoginThrottle | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         trace = None
         if log.isEnabledFor(logging.DEBUG):
@@ -85,6 +87,9 @@ class Session:
         self._throttle = throttle  # failed logins per (client address, user): password guessing
         self._tasks: set[asyncio.Task[None]] = set()  # the core's own jobs, cancelled by close()
         self._timer: asyncio.TimerHandle | None = None  # the core's one timer (a token's expiry)
+        # OpenTelemetry spans (the tracing setting): the core tells the tracer what happens
+        self._tracer = None if tracing is None else tracing.connection(self.core.peer_name)
+        self.core.observer = self._tracer
 
     @property
     def closed(self) -> bool:
@@ -227,6 +232,8 @@ class Session:
     async def close(self) -> None:
         """Release everything the connection holds; idempotent."""
         self.core.close()
+        if self._tracer is not None:
+            self._tracer.close()
         for task in list(self._tasks):
             task.cancel()
         if self._timer is not None:

@@ -26,14 +26,15 @@ from stomp_bridge.settings import rules
 from stomp_bridge.settings.sections import (
     AdmissionSettings, AmqpSettings, CertLoginSettings, ExtensionSettings, FlowSettings,
     ForwarderSettings, HeartbeatSettings, LimitSettings, ListenerSettings, LoginSettings,
-    OperationsSettings, Section, StompSettings, SwaptacularSettings, TlsSettings, WebSocketSettings,
+    OperationsSettings, Section, StompSettings, SwaptacularSettings, TlsSettings, TracingSettings,
+    WebSocketSettings,
 )
 
 S = TypeVar("S", bound=Section)
 
 
-class Settings(  # pydantic takes the last base's fields first: model_fields read listeners to operations
-    BaseSettings, OperationsSettings, ForwarderSettings, SwaptacularSettings, CertLoginSettings, TlsSettings,
+class Settings(  # pydantic takes the last base's fields first: model_fields read listeners to tracing
+    BaseSettings, TracingSettings, OperationsSettings, ForwarderSettings, SwaptacularSettings, CertLoginSettings, TlsSettings,
     AmqpSettings, ExtensionSettings, StompSettings, HeartbeatSettings, FlowSettings, LimitSettings,
     LoginSettings, AdmissionSettings, WebSocketSettings, ListenerSettings,
 ):
@@ -123,6 +124,10 @@ class Settings(  # pydantic takes the last base's fields first: model_fields rea
     @property
     def operations(self) -> OperationsSettings:
         return self.section(OperationsSettings)
+
+    @property
+    def telemetry(self) -> TracingSettings:
+        return self.section(TracingSettings)
 
 
 SECRET_FIELDS = ("default_pass",)

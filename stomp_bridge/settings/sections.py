@@ -561,9 +561,35 @@ class OperationsSettings(Section):
         return value
 
 
+class TracingSettings(Section):
+    """Tracing
+
+    OpenTelemetry spans for each SEND and delivery, in the client's trace (`traceparent`), exported
+    over OTLP/HTTP. Needs the `otel` extra (`pip install 'stomp-bridge[otel]'`); see
+    [Tracing](operations.md#tracing).
+    """
+
+    tracing: bool = Field(
+        False,
+        description="Record spans for SEND, publish, confirm and RECEIPT, and for delivery, MESSAGE and "
+        "ACK, as children of the client's traceparent, and export them over OTLP (needs the otel extra; "
+        "the bridge does not start without it).",
+    )
+    tracing_endpoint: str | None = Field(
+        None,
+        description="OTLP/HTTP URL the spans go to (unset: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, "
+        "OTEL_EXPORTER_OTLP_ENDPOINT + /v1/traces, else http://localhost:4318/v1/traces).",
+    )
+    tracing_sample_ratio: float = Field(
+        1.0, ge=0.0, le=1.0,
+        description="Share of the traces the bridge starts (a SEND or delivery without a traceparent) "
+        "that it records; a client's traceparent decides for its own trace (its sampled flag).",
+    )
+
+
 # In the order of the configuration reference; Settings has every field of every section.
 SECTIONS: tuple[type[Section], ...] = (
     ListenerSettings, WebSocketSettings, AdmissionSettings, LoginSettings, LimitSettings, FlowSettings,
     HeartbeatSettings, StompSettings, ExtensionSettings, AmqpSettings, TlsSettings, CertLoginSettings,
-    SwaptacularSettings, ForwarderSettings, OperationsSettings,
+    SwaptacularSettings, ForwarderSettings, OperationsSettings, TracingSettings,
 )

@@ -27,6 +27,7 @@ from stomp_bridge.protocol.errors import ProtocolError, StompError
 from stomp_bridge.protocol.frames import CLIENT_COMMANDS
 from stomp_bridge.session.session import Session
 from stomp_bridge.session.throttle import LoginThrottle
+from stomp_bridge.session.tracing import Tracing
 from stomp_bridge.settings import Settings
 from stomp_bridge.swaptacular.certlogin import ConnectSecurity
 from stomp_bridge.tls import PeerCertificate
@@ -274,6 +275,7 @@ class Connection:
         peer_cert: PeerCertificate | None = None,
         security: ConnectSecurity | None = None,
         throttle: LoginThrottle | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.counters = counters
         self._initial = initial  # client bytes that arrived with a PROXY protocol header
@@ -306,6 +308,7 @@ class Connection:
             peer_cert=peer_cert,
             security=security,
             throttle=throttle,
+            tracing=tracing,
         )
         # Frames the core writes are coalesced into one socket write. Deliveries and receipts
         # arrive one at a time from the AMQP side; a syscall each would dominate the delivery

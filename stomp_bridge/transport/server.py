@@ -28,6 +28,7 @@ from stomp_bridge.protocol.proxy import (
     ProxyHeaderParser, ProxyInfo, ProxyProtocolError, ProxyTrust, UntrustedProxy,
 )
 from stomp_bridge.session.throttle import LoginThrottle
+from stomp_bridge.session.tracing import Tracing
 from stomp_bridge.settings import Settings, mask_url
 from stomp_bridge.swaptacular.certlogin import CertLogin, ConnectSecurity, amqp_client_context
 from stomp_bridge.swaptacular.profile import SwaptacularProfile
@@ -47,7 +48,7 @@ BROKER_RETRY = 5.0  # seconds between start-up probes while no node answers
 class BridgeServer:
     """The STOMP listener, the operations endpoint, and the registry of live connections."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, tracer_provider: Any = None) -> None:
         self.settings = settings  # whole, for each Connection (its session reads fields of many sections)
         # The sections the server reads for every client (frozen, fixed for the server's life).
         self.admission = settings.admission  # connection limits, the PROXY header
@@ -78,6 +79,9 @@ class BridgeServer:
         )
         self.metrics = Metrics(self._live)
         self.counters = self.metrics.counters
+        # OpenTelemetry spans (tracing=true): OTLP from the settings, or the caller's provider
+        # (a test's in-memory exporter); None when off. Without OpenTelemetry: TracingUnavailable.
+        self.tracing = Tracing.start(settings.telemetry, tracer_provider)
         # Who may send a PROXY header (proxy_protocol): the load balancers, no one else.
         self.proxy_trust = ProxyTrust.from_cidrs(self.admission.proxy_protocol_trusted)
         self.ops: OpsServer | None = None
@@ -311,7 +315,7 @@ class BridgeServer:
         connection = Connection(
             link, self.settings, self.rules, self.counters, self.pool, peer=peer, initial=initial,
             credentials=credentials, peer_cert=peer_cert, security=security or self.security,
-            throttle=self.throttle,
+            throttle=self.throttle, tracing=self.tracing,
         )
         self._connections[task] = connection
         self.counters.connections_opened += 1
@@ -388,6 +392,8 @@ class BridgeServer:
             await listener.wait_closed()
         if self.ops is not None:
             await self.ops.close()
+        if self.tracing is not None:  # export the spans still buffered (blocking I/O: off the loop)
+            await asyncio.get_running_loop().run_in_executor(None, self.tracing.shutdown)
 
     async def serve_forever(self) -> None:
         await self.start()

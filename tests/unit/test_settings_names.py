@@ -24,6 +24,7 @@ SAMPLE: dict[str, object] = {
     "implicit_connect": True, "default_topic_exchange": "topics", "default_nack_requeue": False,
     "host_vhosts": {"stomp.example.com": "v1"}, "unknown_host_default_vhost": True,
     "close_on_error": True, "trailing_lf": False, "retained_messages": True, "temp_queue_prefix": "tmp.",
+    "tracing": True, "tracing_endpoint": "http://collector.example:4318/v1/traces", "tracing_sample_ratio": 0.25,
     "redeliveries_header": "redeliveries", "mandatory": True, "resubscribe_on_cancel": True,
     "resubscribe_timeout": 7.5, "headers_bindings": True, "apollo_exclusive": True,
     "loopback_users": ["admin", "ops"], "hide_server_info": True,

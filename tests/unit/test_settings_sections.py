@@ -19,6 +19,7 @@ VIEWS = {
     "heartbeats": "HeartbeatSettings", "stomp": "StompSettings", "extensions": "ExtensionSettings",
     "amqp": "AmqpSettings", "tls": "TlsSettings", "cert_login": "CertLoginSettings",
     "swaptacular": "SwaptacularSettings", "forwarder": "ForwarderSettings", "operations": "OperationsSettings",
+    "telemetry": "TracingSettings",
 }
 
 
