@@ -6,7 +6,9 @@
   the same text ``stomp-bridge config reference`` prints);
 - docs/helm-values.md, between ``<!-- values:begin -->`` and ``<!-- values:end -->``: every value
   of the Helm chart, from helm/stomp-bridge/values.yaml (``scripts/chart-readme.py``'s table,
-  the same one the chart's README carries).
+  the same one the chart's README carries);
+- docs/operations.md, between ``<!-- metrics:begin -->`` and ``<!-- metrics:end -->``: every
+  Prometheus metric, from ``stomp_bridge.metrics.METRICS`` (what /metrics serves).
 
 tests/unit/test_docs_tables.py fails when a checked-in copy differs from what this writes.
 
@@ -23,6 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from stomp_bridge import metrics  # noqa: E402
 from stomp_bridge.settings import reference  # noqa: E402
 
 
@@ -40,6 +43,7 @@ def tables() -> list[tuple[Path, str, str, str]]:
     return [
         (ROOT / "docs" / "configuration.md", "<!-- settings:begin -->\n", "<!-- settings:end -->", reference()),
         (ROOT / "docs" / "helm-values.md", chart.BEGIN, chart.END, values),
+        (ROOT / "docs" / "operations.md", "<!-- metrics:begin -->\n", "<!-- metrics:end -->", metrics.reference()),
     ]
 
 

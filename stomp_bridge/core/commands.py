@@ -43,6 +43,7 @@ def connect(core: Context, frame: Frame, implicit: bool = False) -> Steps:
     )
     logged_in(core, opened, request.user, version, request.heartbeat)
     claims = features.token_claims(request.passcode)
+    core.token_login = claims is not None
     core.token_subject = claims.get("sub") if claims is not None else None
     yield from token_timer(core, features.token_expiry(claims))
     core.client_id = headers.get("client-id")

@@ -109,7 +109,7 @@ class Context:
         "rules", "counters", "peer", "peer_name", "credentials", "clock", "wall", "new_session_id", "trace",
         "state", "closed", "version", "session_id", "user", "vhost", "heartbeat", "eol", "parser", "dest_rules",
         "subscriptions", "unacked", "transactions", "declared_queues", "reply_queues", "exclusive_queues",
-        "client_id", "policy", "token_subject", "discard_on_close", "ledger", "mandatory", "refused", "settling",
+        "client_id", "policy", "token_login", "token_subject", "discard_on_close", "ledger", "mandatory", "refused", "settling",
         "close_reason", "close_detail", "out", "wakeup", "on_close", "to_amqp", "jobs", "observer",
     )
 
@@ -164,6 +164,7 @@ class Context:
         self.discard_on_close: list[str] = []
         self.client_id: str | None = None  # Artemis durable subscriptions
         self.policy: Any = None  # Swaptacular: core.peer.PeerPolicy once CONNECT bound it
+        self.token_login = False  # the passcode was a JWT (an OAuth 2 login /bridge/token can refresh)
         self.token_subject: str | None = None  # a JWT passcode's sub: a new token must be its
         self.ledger = ReceiptLedger(self.emit, counters.confirm_latency.observe)
         # mandatory publishes not confirmed yet, in order (created with the first: an empty deque

@@ -198,10 +198,22 @@ def retain(core: Context, target: dest.SendTarget, props: dict, body: bytes, act
 
 def update_token(core: Context, frame: Frame) -> Steps:
     """SEND to /bridge/token: the body is the client's new OAuth 2 token, handed to RabbitMQ
-    as its connection's new secret; the SEND's RECEIPT (if asked for) once RabbitMQ took it."""
+    as its connection's new secret; the SEND's RECEIPT (if asked for) once RabbitMQ took it.
+    Only for a connection that logged in with a token: one that logged in with a password gets
+    ERROR ``Token refused`` and stays open."""
     token = frame.body.decode("utf-8", "replace").strip()
     if not token:
         raise FrameRejected("Invalid header", f"SEND to {features.TOKEN_DESTINATION} needs the new token as its body")
+    if not core.token_login:
+        # RabbitMQ takes connection.update-secret from an internal (password) user and ignores it:
+        # the client would believe it refreshed something, and the token's expiry would end a
+        # connection that never depended on it.
+        raise FrameRejected(
+            "Token refused",
+            f"This connection logged in with a password, not an OAuth 2 token (a JWT as passcode): "
+            f"RabbitMQ has no token of it to replace and would ignore this one. {features.TOKEN_DESTINATION} "
+            "refreshes connections that logged in with a token; this one needs none.",
+        )
     claims = features.token_claims(token)
     subject = claims.get("sub") if claims is not None else None
     if core.token_subject is not None and subject != core.token_subject:

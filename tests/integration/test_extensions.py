@@ -254,6 +254,18 @@ def test_an_empty_token_is_an_error_that_keeps_the_connection(bridge, dial, oaut
     conn.receipt("SEND", {"destination": "/exchange/amq.direct/x"}, "the connection stays")
 
 
+def test_a_password_login_gets_token_refused_from_bridge_token_and_keeps_its_connection(connected):
+    """An internal (password) user's connection: RabbitMQ would take the token and ignore it;
+    the bridge says so instead, and the connection goes on (no token expiry ends it later)."""
+    from tests.tokens import token
+
+    conn = connected()
+    conn.send_frame("SEND", {"destination": "/bridge/token", "receipt": "t"}, token("guest", expires_in=2))
+    error = conn.error_then_usable()
+    assert (error["message"], error["receipt-id"]) == ("Token refused", "t")
+    assert "logged in with a password" in error.text
+
+
 # -- selectors ---------------------------------------------------------------------------
 
 

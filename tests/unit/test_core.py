@@ -521,6 +521,23 @@ def test_a_new_token_that_is_not_a_jwt_is_refused_saying_so():
     assert b"is not a JWT" in error.body and b"None" not in error.body
 
 
+def test_a_password_login_gets_an_error_from_bridge_token_and_no_expiry_timer():
+    """RabbitMQ would take the token as a no-op on an internal user's connection; the bridge
+    refuses it (the connection stays), so no client believes it refreshed anything and the
+    token's exp never ends a connection that did not log in with it."""
+    h = Harness()
+    h.now = time.time()
+    h.connect(login="guest", passcode="guest")
+    h.frame("SEND", {"destination": "/bridge/token", "receipt": "t"}, token("guest", expires_in=2).encode())
+    [error] = h.frames()
+    assert (error.headers["message"], error.headers["receipt-id"]) == ("Token refused", "t")
+    assert b"logged in with a password" in error.body
+    assert h.of(p.UpdateSecret) == [] and [plan for plan in h.of(p.SetTimer) if plan.delay is not None] == []
+    h.frame("SEND", {"destination": "/topic/a", "receipt": "after"})
+    h.confirm(1)
+    assert h.commands() == ["RECEIPT"] and h.core.state is OPEN
+
+
 # -- features mixed: the promises hold in any combination (hypothesis) ---------------------------
 
 from hypothesis import given, settings  # noqa: E402
