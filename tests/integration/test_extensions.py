@@ -187,28 +187,6 @@ def test_a_queue_that_stays_away_ends_in_the_plugins_error(bridge, dial, rabbit,
 # -- OAuth 2 token refresh ------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def oauth_backend(broker):
-    """The 4.x test brokers run the OAuth 2 backend from their start; the machine's 3.x gets it
-    for these tests only (tests/rabbit_oauth.py), and loses it again afterwards."""
-    if broker.local is not None and broker.local.name == "system":
-        from tests.rabbit_oauth import oauth2_enabled
-
-        with oauth2_enabled():
-            yield
-    else:
-        yield
-
-
-@pytest.fixture
-def oauth(broker, oauth_backend):
-    if broker.local is None:
-        pytest.skip("the OAuth 2 tests configure a local broker's backend (scripts/rabbitmq4, rabbitmqctl)")
-    from tests.tokens import token
-
-    return token
-
-
 def test_a_token_sent_on_the_open_connection_outlives_the_first(bridge, dial, oauth):
     """A JWT as the passcode logs in; SEND to /bridge/token hands RabbitMQ a new one
     (connection.update-secret), and the connection lives past the first token's expiry."""
