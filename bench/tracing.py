@@ -37,6 +37,7 @@ from bench.procstat import Probe, listener_pid, start_bridge
 from bench.scenarios import BenchError, scenario_consume, scenario_send
 from testkit.brokers import local
 from testkit.management import Management
+from testkit.ports import free_port
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 MODES = {
@@ -87,7 +88,6 @@ def main() -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--messages", type=int, default=20000, help="per run and scenario")
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--first-port", type=int, default=61651, help="the bridges listen here and on the next two")
     ap.add_argument("--broker", choices=["4.3", "4.0", "system"], default="system")
     ap.add_argument("--only", default="send,consume")
     ap.add_argument("--json", metavar="PATH")
@@ -99,11 +99,12 @@ def main() -> int:
     endpoint = f"http://127.0.0.1:{sink.server_address[1]}/v1/traces"
     procs = {}
     try:
-        for i, (mode, (settings, _)) in enumerate(MODES.items()):
+        for mode, (settings, _) in MODES.items():
             env = {"amqp_url": broker.amqp_url, "ws_port": "none", **settings}
             if mode == "sampled":
                 env["tracing_endpoint"] = endpoint
-            procs[mode] = (args.first_port + i, start_bridge(args.first_port + i, env))
+            port = free_port()
+            procs[mode] = (port, start_bridge(port, env))
         broker_pid = listener_pid(broker.amqp_port)
         results: dict[str, dict[str, list[dict]]] = {}
         for name in [s.strip() for s in args.only.split(",") if s.strip()]:

@@ -84,6 +84,11 @@ _STR_PROPERTIES = (
     ("app-id", "app_id"),
 )
 _STR_PROPERTY = dict(_STR_PROPERTIES)
+# Every SEND header that becomes a basic property instead of a headers-table entry (with
+# ``destination``, the NOT_USER_HEADERS), and the pamqp field it sets: docs/how-it-maps.md's table.
+PROPERTY_HEADERS: tuple[tuple[str, str], ...] = (
+    *_STR_PROPERTIES, ("persistent", "delivery_mode"), ("priority", "priority"), ("timestamp", "timestamp"),
+)
 
 
 def properties_from_send(headers: Mapping[str, str], reply_to: str | None = None) -> dict[str, Any]:

@@ -64,7 +64,7 @@ ALLOWED: list[tuple[str, str]] = [
      "no Docker here: tests/deploy replays the Dockerfile's build stage, runs the installed entry "
      "point and its HEALTHCHECK, and validates docker-compose.yml with docker-compose config"),
     (r"kubectl .*", "needs a Kubernetes cluster; tests/deploy validates the rendered chart against Kubernetes' schemas"),
-    (r"\.venv/bin/python -m bench .*",
+    (r"\.venv/bin/python -m bench(\.tracing)? .*",
      "a benchmark: minutes of load whose figures go in notes, never in assertions; "
      "tests/integration/test_bench.py runs a short one end to end"),
     (r"\.venv/bin/python -m reliability .*",

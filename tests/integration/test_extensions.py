@@ -57,6 +57,27 @@ def test_subscribe_to_a_headers_exchange_binds_with_x_match_and_the_headers(
         assert [consumer.expect("MESSAGE").body for _ in range(3)] == [b"200/eu", b"100/us", b"100/eu"]
 
 
+def test_a_headers_binding_matches_table_entries_never_properties_nor_the_subscriptions_own(
+        bridge, dial, rabbit, headers_exchange):
+    """docs/how-it-maps.md, 'Headers exchanges': the SUBSCRIBE's own headers (id, ack, receipt …)
+    and its x- headers are not binding arguments; a property header (priority) is one, and no
+    STOMP SEND matches it, since a SEND's priority is a property; an extension's header (retain)
+    is a table entry, and matches."""
+    server = bridge(headers_bindings=True)
+    consumer, producer = dial(server), dial(server)
+    consumer.connect()
+    producer.connect()
+    own = {"id": "s", "ack": "client-individual", "receipt": "r", "x-priority": "1", "prefetch-count": "10"}
+    consumer.receipt("SUBSCRIBE", {"destination": f"/exchange/{headers_exchange}", "x-match": "any",
+                                   "priority": "5", "retain": "set", **own}, receipt_id="r")
+    [binding] = rabbit.request("GET", f"/exchanges/%2F/{headers_exchange}/bindings/source")
+    assert binding["arguments"] == {"x-match": "any", "priority": "5", "retain": "set"}
+    producer.receipt("SEND", {"destination": f"/exchange/{headers_exchange}", "priority": "5"}, "a property")
+    producer.receipt("SEND", {"destination": f"/exchange/{headers_exchange}", "retain": "set"}, "a table entry")
+    assert consumer.expect("MESSAGE").body == b"a table entry"
+    consumer.no_frame(0.5)
+
+
 def test_a_bad_x_match_is_an_error_that_keeps_the_connection(bridge, dial, headers_exchange):
     conn = dial(bridge(headers_bindings=True))
     conn.connect()
@@ -631,6 +652,41 @@ def test_retained_message_is_delivered_first_to_each_new_subscriber(bridge, dial
         late.connect()
         late.subscribe(f"/topic/{topic}")
         late.no_frame()
+    finally:
+        rabbit.delete_queue(retained_queue("amq.topic", topic))
+
+
+def test_mandatory_bridge_wide_ends_on_a_topic_nobody_hears_and_keeps_no_retained_copy(bridge, dial, rabbit, queues,
+                                                                                      unique):
+    """docs/migration/rabbitmq-plugin.md, 'Mandatory publishing, topics and retained messages':
+    with mandatory=true and retained_messages, a retain:set SEND to a topic with no subscriber is
+    returned: ERROR naming its receipt, the connection ends, the RECEIPT of the SEND before it
+    still comes, and no retained copy is kept; with mandatory:false it is kept for later
+    subscribers."""
+    from stomp_bridge.protocol.features import retained_queue
+
+    topic, queue = f"nobody-{unique}", f"routed-{unique}"
+    queues.append(queue)
+    server = bridge(mandatory=True, retained_messages=True)
+    conn = dial(server)
+    conn.connect()
+    conn.receipt("SUBSCRIBE", {"destination": f"/queue/{queue}", "id": "decl"}, receipt_id="declared")
+    conn.send_frame("SEND", {"destination": f"/queue/{queue}", "receipt": "before"}, "routed")
+    conn.send_frame("SEND", {"destination": f"/topic/{topic}", "retain": "set", "receipt": "retained"}, "price")
+    conn.send_frame("SEND", {"destination": f"/queue/{queue}", "receipt": "after"}, "never receipted")
+    frames = [f for f in conn.read_until_closed() if f.command != "MESSAGE"]
+    assert [(f.command, f["receipt-id"]) for f in frames] == [("RECEIPT", "before"), ("ERROR", "retained")]
+    assert frames[1]["message"] == "Unroutable message"
+    try:
+        assert rabbit.queue(retained_queue("amq.topic", topic)) is None
+        keeper = dial(server)
+        keeper.connect()
+        keeper.receipt("SEND", {"destination": f"/topic/{topic}", "retain": "set", "mandatory": "false"}, "kept",
+                       receipt_id="kept")
+        late = dial(server)
+        late.connect()
+        late.subscribe(f"/topic/{topic}")
+        assert late.expect("MESSAGE").body == b"kept"
     finally:
         rabbit.delete_queue(retained_queue("amq.topic", topic))
 

@@ -94,3 +94,17 @@ def test_operations_page_lists_every_metric_the_bridge_serves():
     assert served <= rows, f"served but not in docs/operations.md: {sorted(served - rows)}"
     for name in ("messages_returned", "resubscriptions", "token_updates"):  # once missing from the page
         assert f"`stomp_bridge_{name}_total`" in table
+
+
+def test_how_it_maps_names_every_send_header_that_becomes_a_property():
+    """The SEND-header table lists PROPERTY_HEADERS; with destination they are every header the
+    plugin keeps out of the headers table (properties_from_send copies all the others)."""
+    from stomp_bridge.protocol import headers
+
+    assert {name for name, _ in headers.PROPERTY_HEADERS} | {"destination"} == headers.NOT_USER_HEADERS
+    table = _between((ROOT / "docs" / "how-it-maps.md").read_text(), "<!-- send-headers:begin -->\n",
+                     "<!-- send-headers:end -->")
+    for name in headers.NOT_USER_HEADERS:
+        assert f"| `{name}` |" in table
+    props = headers.properties_from_send({"destination": "/topic/t", "code": "100", "receipt": "r", "priority": "5"})
+    assert props["headers"] == {"code": "100", "receipt": "r"} and props["priority"] == 5
