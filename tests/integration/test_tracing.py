@@ -184,7 +184,7 @@ def test_spans_are_exported_over_otlp_when_the_bridge_stops_at_the_latest(bridge
 
 
 @bridge_only
-def test_tracing_off_records_nothing_and_leaves_the_headers_alone(bridge, spans, client, rabbit, queues, unique):
+def test_tracing_off_records_nothing_and_leaves_the_headers_alone(bridge, spans, rabbit, queues, unique):
     provider, exporter = spans
     server = bridge(tracer_provider=provider)  # a provider, but tracing is off
     name = f"untraced-{unique}"
