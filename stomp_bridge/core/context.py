@@ -109,8 +109,8 @@ class Context:
         "rules", "counters", "peer", "peer_name", "credentials", "clock", "wall", "new_session_id", "trace",
         "state", "closed", "version", "session_id", "user", "vhost", "heartbeat", "eol", "parser", "dest_rules",
         "subscriptions", "unacked", "transactions", "declared_queues", "reply_queues", "exclusive_queues",
-        "client_id", "policy", "token_login", "token_subject", "discard_on_close", "ledger", "mandatory", "refused", "settling",
-        "close_reason", "close_detail", "out", "wakeup", "on_close", "to_amqp", "jobs", "observer",
+        "client_id", "policy", "token_login", "token_subject", "discard_on_close", "ledger", "mandatory", "refused",
+        "settling", "close_reason", "close_detail", "out", "wakeup", "on_close", "to_amqp", "jobs", "observer",
     )
 
     def __init__(
