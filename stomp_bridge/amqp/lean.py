@@ -129,6 +129,23 @@ class LeanChannel:
             (spec.Queue.BindOk,),
         )
 
+    async def exchange_declare(
+        self, exchange: str, *, exchange_type: str = "direct", durable: bool = False,
+        arguments: dict[str, Any] | None = None,
+    ) -> spec.Exchange.DeclareOk:
+        return await self._call(
+            spec.Exchange.Declare(exchange=exchange, exchange_type=exchange_type, durable=durable, arguments=arguments),
+            (spec.Exchange.DeclareOk,),
+        )
+
+    async def exchange_bind(
+        self, destination: str, source: str, routing_key: str = "", arguments: dict[str, Any] | None = None,
+    ) -> spec.Exchange.BindOk:
+        return await self._call(
+            spec.Exchange.Bind(destination=destination, source=source, routing_key=routing_key, arguments=arguments),
+            (spec.Exchange.BindOk,),
+        )
+
     async def queue_delete(self, queue: str = "") -> spec.Queue.DeleteOk:
         return await self._call(spec.Queue.Delete(queue=queue), (spec.Queue.DeleteOk,))
 

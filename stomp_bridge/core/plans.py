@@ -54,6 +54,19 @@ class Bind(NamedTuple):  # -> None
     arguments: dict[str, Any] | None
 
 
+class DeclareExchange(NamedTuple):  # -> None: a durable exchange (the scheduled-delivery topology)
+    exchange: str
+    kind: str
+    arguments: dict[str, Any]
+
+
+class BindExchange(NamedTuple):  # -> None: ``destination`` gets what ``source`` routes to it
+    destination: str
+    source: str
+    routing_key: str
+    arguments: dict[str, Any] | None
+
+
 class Consume(NamedTuple):  # -> None
     queue: str
     consumer_tag: str
@@ -115,7 +128,7 @@ class Opened(NamedTuple):
 
 
 class SetTimer(NamedTuple):  # -> None; at ``delay`` seconds the driver calls core.timer_fired(name)
-    name: str
+    name: str  # one timer per name: setting it again moves it
     delay: float | None  # None: cancel it
 
 

@@ -24,7 +24,8 @@ from stomp_bridge.core import login
 from stomp_bridge.core.context import CLOSED, Job
 from stomp_bridge.core.machine import StompCore
 from stomp_bridge.core.plans import (
-    Ack, Bind, Cancel, Consume, Declare, DeleteQueue, Disconnect, Flush, Get, OpenAmqp, Opened,
+    Ack, Bind, BindExchange, Cancel, Consume, Declare, DeclareExchange, DeleteQueue, Disconnect, Flush, Get,
+    OpenAmqp, Opened,
     Peek, Publish, QueueExists, ReceiptsSent, ReleaseExclusive, ResolveSecurity, SetTimer, Settled, Sleep,
     UpdateSecret, WaitWritable,
 )
@@ -47,7 +48,7 @@ class Session:
 
     __slots__ = (
         "core", "amqp", "pool", "counters", "_open_timeout", "_close_transport", "_flush_writes", "_wait_writable",
-        "_security", "_peer_cert", "_throttle", "_tasks", "_timer",
+        "_security", "_peer_cert", "_throttle", "_tasks", "_timers",
     )
 
     def __init__(
@@ -84,7 +85,7 @@ class Session:
         self._peer_cert = peer_cert
         self._throttle = throttle  # failed logins per (client address, user): password guessing
         self._tasks: set[asyncio.Task[None]] = set()  # the core's own jobs, cancelled by close()
-        self._timer: asyncio.TimerHandle | None = None  # the core's one timer (a token's expiry)
+        self._timers: dict[str, asyncio.TimerHandle] = {}  # the core's timers by name (a token's expiry …)
 
     @property
     def closed(self) -> bool:
@@ -203,14 +204,25 @@ class Session:
         """After RabbitMQ's events: send the acks they made and start the jobs of the core's own
         (a window, a resubscribe)."""
         core = self.core
-        if core.to_amqp and self._to_amqp() and self.amqp is not None:
-            self.amqp.flush_nowait()
+        if core.to_amqp:
+            if self._to_amqp():
+                if self.amqp is not None:
+                    self.amqp.flush_nowait()
+            else:  # a publish (a stream offset stored) waits for the publishing channel
+                self._start(self._publish_later())
         if core.jobs:
             jobs, core.jobs = core.jobs, []
             for job in jobs:
-                task = asyncio.ensure_future(self._background(job))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+                self._start(self._background(job))
+
+    def _start(self, work: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _publish_later(self) -> None:
+        await self._to_amqp_opening()
+        await self.flush()
 
     async def _background(self, job: Job) -> None:
         try:
@@ -219,8 +231,9 @@ class Session:
             job.cancel()
 
     def _timer_fired(self, name: str) -> None:
-        self._timer = None
+        self._timers.pop(name, None)
         self.core.timer_fired(name)
+        self._after_event()
 
     # -- the end -----------------------------------------------------------------------------
 
@@ -229,8 +242,9 @@ class Session:
         self.core.close()
         for task in list(self._tasks):
             task.cancel()
-        if self._timer is not None:
-            self._timer.cancel()
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
         await self._close_amqp()
 
     async def _close_amqp(self) -> None:
@@ -303,11 +317,11 @@ class Session:
         return await self._security.resolve(self._peer_cert, plan.headers, plan.version)
 
     async def _set_timer(self, plan: SetTimer) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        timer = self._timers.pop(plan.name, None)
+        if timer is not None:
+            timer.cancel()
         if plan.delay is not None:
-            self._timer = asyncio.get_running_loop().call_later(plan.delay, self._timer_fired, plan.name)
+            self._timers[plan.name] = asyncio.get_running_loop().call_later(plan.delay, self._timer_fired, plan.name)
 
     async def _settled(self, plan: Settled) -> bool:
         await self.channel().flush()  # the publish must reach RabbitMQ to be confirmed
@@ -372,6 +386,8 @@ async def _receipts(session: Session, plan: ReceiptsSent) -> None:
 RUNNERS: dict[type, Callable[[Session, Any], Awaitable[Any]]] = {
     Declare: _declare,
     Bind: _channel("bind"),
+    DeclareExchange: _channel("declare_exchange"),
+    BindExchange: _channel("bind_exchange"),
     Consume: _consume,
     Cancel: _channel("cancel"),
     DeleteQueue: _channel("delete_queue"),
