@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from stomp_bridge.core.context import Context, Steps, log
 from stomp_bridge.core.plans import (
-    Bind, BindExchange, Consume, Declare, DeclareExchange, DeleteQueue, QueueExists, Settled, SetTimer, UpdateSecret,
+    Bind, Consume, Declare, DeclareExchange, DeleteQueue, QueueExists, Settled, SetTimer, UpdateSecret,
 )
 from stomp_bridge.core.subscriptions import Subscription
 from stomp_bridge.protocol import destinations as dest
@@ -75,9 +75,10 @@ def send_to(core: Context, frame: Frame, destination: dest.Destination, target: 
     """One destination of a SEND that needs RabbitMQ first: the queue declared, the reply queue,
     or (after the publish) the retained copy."""
     headers = frame.headers
-    delay = None
+    delay = now_ms = None
     if scheduled.DELAY_HEADER in headers or scheduled.TIME_HEADER in headers:
-        delay = scheduled.delay_of(headers, int(core.wall() * 1000))
+        now_ms = int(core.wall() * 1000)
+        delay = scheduled.delay_of(headers, now_ms)
     action = retain_action(core, headers, destination)
     if delay is not None and action is not None:
         raise FrameRejected("Invalid header", "A retained message cannot be scheduled: send it without "
@@ -89,7 +90,7 @@ def send_to(core: Context, frame: Frame, destination: dest.Destination, target: 
         reply_to = yield from reply_queue(core, dest.reply_to_temp_queue(headers["reply-to"]))
     if delay is not None:
         yield from schedule_topology(core, target.exchange)
-    sent = publish(core, frame, destination, target, reply_to, delay)
+    sent = publish(core, frame, destination, target, reply_to, None if delay is None else (delay, now_ms + delay))
     if sent is not None and action is not None:
         seq, props, mandatory = sent
         yield from retain(core, target, props, frame.body, action, seq if mandatory else None)
@@ -113,10 +114,10 @@ def retain_action(core: Context, headers: dict[str, str], destination: dest.Dest
 
 
 def publish(core: Context, frame: Frame, destination: dest.Destination, target: dest.SendTarget,
-            reply_to: str | None, delay: int | None = None) -> tuple[int, dict, bool] | None:
+            reply_to: str | None, delay: tuple[int, int] | None = None) -> tuple[int, dict, bool] | None:
     """The publish of one destination of a SEND: its number, properties and whether it is
     mandatory; None if Apollo's ``expires``/``ttl`` says it expired already (never delivered,
-    and the RECEIPT still comes). With a ``delay`` (ms), into the scheduled-delivery levels
+    and the RECEIPT still comes). With a ``delay`` (ms, and the due time in epoch ms), into the scheduled-delivery levels
     (``protocol/scheduled.py``) instead of the destination's exchange."""
     headers = frame.headers
     reply = headers.get("reply-to")
@@ -141,7 +142,7 @@ def publish(core: Context, frame: Frame, destination: dest.Destination, target: 
         if "expiration" in props:  # RabbitMQ would expire it while it waits, and drop the TTL after
             raise FrameRejected("Invalid header", "A scheduled message cannot also expire (expiration, "
                                                   "expires or ttl): send one or the other\n")
-        plan = scheduled.schedule(delay, exchange, mandatory, int(core.wall() * 1000) + delay)
+        plan = scheduled.schedule(*delay, exchange=exchange, mandatory=mandatory)
         table = props["headers"]
         scheduled.without_schedule_headers(table)
         table.update(plan.headers)
@@ -155,23 +156,25 @@ def publish(core: Context, frame: Frame, destination: dest.Destination, target: 
 
 def schedule_topology(core: Context, exchange: str) -> Steps:
     """What a scheduled message needs in RabbitMQ: the levels (declared when a side channel finds
-    their last queue missing, once per session), and a binding from the ``due`` exchange to the
-    SEND's exchange (once per session and exchange; the default exchange has its own queue)."""
-    bound = core.scheduled_exchanges
-    if bound is None:
+    their last queue missing, once per session), and the exit queues of the SEND's exchange
+    (declared once per session and exchange)."""
+    exits = core.scheduled_exchanges
+    specs: list = []
+    if exits is None:
         if not (yield QueueExists(scheduled.MARKER_QUEUE)):
-            for spec in scheduled.topology():
-                if isinstance(spec, scheduled.ExchangeSpec):
-                    yield DeclareExchange(spec.name, spec.kind, spec.arguments)
-                elif isinstance(spec, scheduled.QueueSpec):
-                    yield Declare(dest.QueueDeclare(spec.name, durable=True, auto_delete=False, exclusive=False,
-                                                    arguments=spec.arguments))
-                else:
-                    yield Bind(spec.queue, spec.exchange, "", spec.arguments)
-        bound = core.scheduled_exchanges = set()
-    if exchange and exchange not in bound:
-        yield BindExchange(exchange, scheduled.DUE_EXCHANGE, "", scheduled.exchange_binding(exchange))
-        bound.add(exchange)
+            specs = scheduled.topology()
+        exits = core.scheduled_exchanges = set()
+    if exchange not in exits:
+        specs = [*specs, *scheduled.exits(exchange)]
+    for spec in specs:
+        if isinstance(spec, scheduled.ExchangeSpec):
+            yield DeclareExchange(spec.name, spec.kind, spec.arguments)
+        elif isinstance(spec, scheduled.QueueSpec):
+            yield Declare(dest.QueueDeclare(spec.name, durable=True, auto_delete=False, exclusive=False,
+                                            arguments=spec.arguments))
+        else:
+            yield Bind(spec.queue, spec.exchange, "", spec.arguments)
+    exits.add(exchange)
 
 
 def set_expiration(props: dict, headers: dict[str, str], now_ms: int) -> bool:

@@ -9,10 +9,10 @@ exactly 2^k ms there, so its head always expires first: no message waits behind 
 at-least-once: it leaves queue ``k`` only once the next queue confirmed it) to exchange
 ``k-1``, a headers exchange that takes it into queue ``k-1`` if its bit ``k-1`` is set, and
 otherwise hands it down to its alternate exchange ``k-2``, and so on; below level 0 is the
-``due`` exchange, which routes it by its ``stomp-bridge-exchange`` header to the SEND's own
-exchange (an exchange-to-exchange binding), where the SEND's routing key (never changed on the
-way) and headers route it as a plain publish would have. The default exchange cannot be bound:
-messages for it pass through a queue with ``x-message-ttl`` 0 that dead-letters to it.
+``due`` exchange, which routes it by its ``stomp-bridge-exchange`` header into an exit queue
+of the SEND's own exchange (``x-message-ttl`` 0, dead-lettered at once to that exchange), where
+the SEND's routing key (never changed on the way) and headers route it as a plain publish
+would have.
 
 A message that nothing takes at its time is dropped, as a plain publish is, unless the SEND
 was ``mandatory``: then RabbitMQ keeps it (at-least-once dead-lettering retries a message
@@ -21,10 +21,12 @@ with no route) and delivers it once a queue takes it. See docs/features.md.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from stomp_bridge.protocol import destinations as dest
 from stomp_bridge.protocol.errors import FrameRejected
 from stomp_bridge.protocol.integers import ANY, parse_int
 
@@ -37,9 +39,6 @@ MAX_DELAY_MS = (1 << LEVELS) - 1
 
 PREFIX = "stomp-bridge.delay."
 DUE_EXCHANGE = PREFIX + "due"
-DEFAULT_KEEP_QUEUE = PREFIX + "default"  # for the default exchange, mandatory
-DEFAULT_DROP_QUEUE = PREFIX + "default-drop"  # for the default exchange, not mandatory
-DROP_QUEUE = PREFIX + "drop"  # takes every non-mandatory message at its time, and keeps none
 
 BIT_HEADER = "stomp-bridge-delay-"  # + k: present (1) for each set bit of the delay
 EXCHANGE_HEADER = "stomp-bridge-exchange"  # the SEND's exchange
@@ -99,7 +98,7 @@ class Scheduled:
     headers: dict[str, Any] = field(default_factory=dict)
 
 
-def schedule(delay: int, exchange: str, mandatory: bool, due_ms: int) -> Scheduled:
+def schedule(delay: int, due_ms: int, *, exchange: str, mandatory: bool) -> Scheduled:
     """The publish of a message due in ``delay`` ms (> 0) for ``exchange``."""
     headers: dict[str, Any] = {BIT_HEADER + str(k): "1" for k in range(delay.bit_length()) if delay >> k & 1}
     headers[EXCHANGE_HEADER] = exchange
@@ -138,32 +137,47 @@ class BindingSpec:
     arguments: dict[str, Any]
 
 
-MARKER_QUEUE = DROP_QUEUE  # declared last but for its binding: when it exists, so does the rest
+MARKER_QUEUE = level_queue(LEVELS - 1)  # declared last but for its binding: when it exists, so does the rest
 
 
 def topology() -> list[ExchangeSpec | QueueSpec | BindingSpec]:
-    """Every exchange, queue and binding the scheduled messages need, in the order to declare
-    them (an exchange before what is bound to it; :data:`MARKER_QUEUE` last but its binding)."""
+    """The levels and the ``due`` exchange, in the order to declare them (an exchange before
+    what is bound to it or names it as its alternate; :data:`MARKER_QUEUE` last but its binding)."""
     out: list[ExchangeSpec | QueueSpec | BindingSpec] = [ExchangeSpec(DUE_EXCHANGE, "headers", {})]
-    for terminal, unroutable, arguments in (
-        (DEFAULT_KEEP_QUEUE, "keep", dict(_QUORUM)),
-        (DEFAULT_DROP_QUEUE, "drop", {}),  # classic: its dead-lettering drops what has no queue
-    ):
-        arguments.update({"x-message-ttl": 0, "x-dead-letter-exchange": ""})
-        out.append(QueueSpec(terminal, arguments))
-        out.append(BindingSpec(terminal, DUE_EXCHANGE,
-                               {"x-match": "all", EXCHANGE_HEADER: "", UNROUTABLE_HEADER: unroutable}))
     for level in range(LEVELS):
         out.append(ExchangeSpec(level_exchange(level), "headers", {"alternate-exchange": below(level)}))
         out.append(QueueSpec(level_queue(level), {
             **_QUORUM, "x-message-ttl": 1 << level, "x-dead-letter-exchange": below(level),
         }))
         out.append(BindingSpec(level_queue(level), level_exchange(level), {"x-match": "all", BIT_HEADER + str(level): "1"}))
-    out.append(QueueSpec(DROP_QUEUE, {"x-max-length": 0}))
-    out.append(BindingSpec(DROP_QUEUE, DUE_EXCHANGE, {"x-match": "all", UNROUTABLE_HEADER: "drop"}))
     return out
 
 
-def exchange_binding(exchange: str) -> dict[str, Any]:
-    """The arguments of the binding from the ``due`` exchange to a SEND's own (non-default) exchange."""
-    return {"x-match": "all", EXCHANGE_HEADER: exchange}
+def exit_queue(exchange: str, unroutable: str) -> str:
+    """The queue a due message leaves through for ``exchange``: ``x-message-ttl`` 0, dead-lettered
+    at once to ``exchange``, which then routes it with the SEND's routing key and records itself
+    as the message's exchange (what a MESSAGE's ``destination`` is made of). A long name is
+    hashed (255 bytes at most)."""
+    if not exchange:
+        return f"{PREFIX}to-default.{unroutable}"
+    name = f"{PREFIX}to.{exchange}.{unroutable}"
+    if len(name.encode("utf-8")) <= 255:
+        return name
+    return f"{PREFIX}to-{dest.base64url(hashlib.sha256(exchange.encode('utf-8')).digest()[:18])}.{unroutable}"
+
+
+def exits(exchange: str) -> list[QueueSpec | BindingSpec]:
+    """The two exit queues of ``exchange``, and their bindings from the ``due`` exchange. ``keep``
+    (mandatory) is a quorum queue with at-least-once dead-lettering: a message no queue takes
+    stays in it and RabbitMQ routes it again later (every
+    ``dead_letter_worker_publisher_confirm_timeout``, 3 minutes by default); ``drop`` is a
+    classic queue, whose dead-lettering drops such a message, as a plain publish would be."""
+    out: list[QueueSpec | BindingSpec] = []
+    for unroutable, arguments in (("keep", dict(_QUORUM)), ("drop", {})):
+        queue = exit_queue(exchange, unroutable)
+        arguments.update({"x-message-ttl": 0, "x-dead-letter-exchange": exchange})
+        out.append(QueueSpec(queue, arguments))
+        out.append(BindingSpec(queue, DUE_EXCHANGE, {
+            "x-match": "all", EXCHANGE_HEADER: exchange, UNROUTABLE_HEADER: unroutable,
+        }))
+    return out
