@@ -108,8 +108,9 @@ class SessionChannel(Protocol):
 
     async def consume(
         self, queue: str, consumer_tag: str, *, no_ack: bool, prefetch: int = 0,
-        arguments: dict[str, Any] | None = None,
-    ) -> None: ...
+        arguments: dict[str, Any] | None = None, stream_auto: bool = False,
+    ) -> None:
+        """``stream_auto``: ack:auto on a stream, acked by the bridge (a named stream subscription)."""
 
     async def cancel(self, consumer_tag: str) -> None: ...
 

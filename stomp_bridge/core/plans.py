@@ -73,6 +73,9 @@ class Consume(NamedTuple):  # -> None
     no_ack: bool
     prefetch: int
     arguments: dict[str, Any] | None
+    # ack:auto acknowledged by the bridge even on a stream (RabbitMQ refuses no_ack there): a
+    # named stream subscription, whose offset the bridge stores itself
+    stream_auto: bool = False
 
 
 class Cancel(NamedTuple):  # -> None

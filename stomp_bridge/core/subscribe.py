@@ -128,7 +128,7 @@ def subscribe_parts(
                 sub.extra_tags = (*sub.extra_tags, tag)
             core.subscriptions[tag] = sub
             registered.append(tag)
-            yield Consume(queue, tag, not sub.ack, prefetch, sub.arguments)
+            yield Consume(queue, tag, not sub.ack, prefetch, sub.arguments, sub.position is not None)
             if plan.binding is not None:
                 yield Bind(queue, *plan.binding, plan.binding_arguments)
         declared = None

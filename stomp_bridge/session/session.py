@@ -364,6 +364,7 @@ async def _declare(session: Session, plan: Declare) -> str:
 async def _consume(session: Session, plan: Consume) -> None:
     await session.channel().consume(
         plan.queue, plan.consumer_tag, no_ack=plan.no_ack, prefetch=plan.prefetch, arguments=plan.arguments,
+        stream_auto=plan.stream_auto,
     )
 
 
