@@ -121,7 +121,7 @@ def test_a_mandatory_scheduled_message_no_queue_takes_is_kept_not_dropped(connec
         assert time.monotonic() < deadline, f"the mandatory message is not held: {queue}"
         time.sleep(0.5)
     # Let it go somewhere at RabbitMQ's next try (every 3 minutes), then away with its queue.
-    rabbit.declare_queue(missing, durable=False, auto_delete=False, arguments={"x-expires": 600_000})
+    rabbit.declare_queue(missing, arguments={"x-expires": 600_000})
 
 
 @pytest.mark.parametrize("headers, text", [
