@@ -64,10 +64,12 @@ def test_the_final_routing_is_the_sends_exchange_routing_key_headers_and_reply_t
     reader = connected()
     reader.subscribe(f"/topic/sched.{unique}.*")
     conn = connected()
+    t0 = time.time()
     sent(conn, {"destination": f"/topic/sched.{unique}.a", "AMQ_SCHEDULED_DELAY": "300",
                           "reply-to": "/queue/answers", "correlation-id": "c-1", "x-tag": "t"},
                  "to a topic", receipt_id="s")
     msg = reader.expect("MESSAGE", timeout=30)
+    assert time.time() - t0 >= 0.3
     assert msg["destination"] == f"/topic/sched.{unique}.a"
     assert (msg["reply-to"], msg["correlation-id"], msg["x-tag"]) == ("/queue/answers", "c-1", "t")
 
