@@ -99,11 +99,6 @@ class SessionChannel(Protocol):
     async def declare_exchange(self, exchange: str, kind: str, arguments: dict[str, Any] | None = None) -> None:
         """exchange.declare of a durable exchange (the scheduled-delivery topology)."""
 
-    async def bind_exchange(
-        self, destination: str, source: str, routing_key: str, arguments: dict[str, Any] | None = None,
-    ) -> None:
-        """exchange.bind: ``destination`` gets what ``source`` routes to it."""
-
     async def delete_queue(self, queue: str) -> None: ...
 
     async def consume(

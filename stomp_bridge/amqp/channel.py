@@ -351,11 +351,6 @@ class AmqpSession:
         await self._rpc(self.channel.exchange_declare, exchange, exchange_type=kind, durable=True,
                         arguments=arguments or None)
 
-    async def bind_exchange(
-        self, destination: str, source: str, routing_key: str, arguments: dict[str, Any] | None = None,
-    ) -> None:
-        await self._rpc(self.channel.exchange_bind, destination, source, routing_key=routing_key, arguments=arguments)
-
     async def delete_queue(self, queue: str) -> None:
         self._check_exclusive(queue)
         await self._rpc(self.channel.queue_delete, queue)

@@ -138,14 +138,6 @@ class LeanChannel:
             (spec.Exchange.DeclareOk,),
         )
 
-    async def exchange_bind(
-        self, destination: str, source: str, routing_key: str = "", arguments: dict[str, Any] | None = None,
-    ) -> spec.Exchange.BindOk:
-        return await self._call(
-            spec.Exchange.Bind(destination=destination, source=source, routing_key=routing_key, arguments=arguments),
-            (spec.Exchange.BindOk,),
-        )
-
     async def queue_delete(self, queue: str = "") -> spec.Queue.DeleteOk:
         return await self._call(spec.Queue.Delete(queue=queue), (spec.Queue.DeleteOk,))
 

@@ -60,13 +60,6 @@ class DeclareExchange(NamedTuple):  # -> None: a durable exchange (the scheduled
     arguments: dict[str, Any]
 
 
-class BindExchange(NamedTuple):  # -> None: ``destination`` gets what ``source`` routes to it
-    destination: str
-    source: str
-    routing_key: str
-    arguments: dict[str, Any] | None
-
-
 class Consume(NamedTuple):  # -> None
     queue: str
     consumer_tag: str

@@ -24,7 +24,7 @@ from stomp_bridge.core import login
 from stomp_bridge.core.context import CLOSED, Job
 from stomp_bridge.core.machine import StompCore
 from stomp_bridge.core.plans import (
-    Ack, Bind, BindExchange, Cancel, Consume, Declare, DeclareExchange, DeleteQueue, Disconnect, Flush, Get,
+    Ack, Bind, Cancel, Consume, Declare, DeclareExchange, DeleteQueue, Disconnect, Flush, Get,
     OpenAmqp, Opened,
     Peek, Publish, QueueExists, ReceiptsSent, ReleaseExclusive, ResolveSecurity, SetTimer, Settled, Sleep,
     UpdateSecret, WaitWritable,
@@ -388,7 +388,6 @@ RUNNERS: dict[type, Callable[[Session, Any], Awaitable[Any]]] = {
     Declare: _declare,
     Bind: _channel("bind"),
     DeclareExchange: _channel("declare_exchange"),
-    BindExchange: _channel("bind_exchange"),
     Consume: _consume,
     Cancel: _channel("cancel"),
     DeleteQueue: _channel("delete_queue"),
