@@ -6,7 +6,8 @@ the Swaptacular peer rules, then the destination: a plugin destination; else
 ``/temp-topic/``) or the plugin's error. For each destination: declare a ``/queue/`` the
 session has not declared yet; the reply queue behind a ``reply-to: /temp-queue/<id>``;
 the properties; Apollo's ``expires``/``ttl`` (an expired message is dropped, and still
-receipted); ``mandatory``; the publish; then Apollo's ``retain``.
+receipted); ``mandatory``; the publish (with ``AMQ_SCHEDULED_DELAY``/``AMQ_SCHEDULED_TIME``,
+into RabbitMQ's delay levels, ``protocol/scheduled.py``); then Apollo's ``retain``.
 
 Retained messages and ``mandatory``: the retained copy is kept only of a message RabbitMQ
 routed. With ``mandatory``, the SEND waits for RabbitMQ's verdict on its publish before it
@@ -25,6 +26,7 @@ from stomp_bridge.protocol import destinations as dest
 from stomp_bridge.protocol import features
 from stomp_bridge.protocol import headers as hdr
 from stomp_bridge.protocol import scheduled
+from stomp_bridge.protocol.scheduled import DELAY_HEADER, TIME_HEADER
 from stomp_bridge.protocol.errors import BrokerError, FrameRejected, InvalidDestination
 from stomp_bridge.protocol.frames import Frame
 
@@ -51,7 +53,7 @@ def send(core: Context, frame: Frame, committed: bool = False) -> Steps | None:
         target.declare is not None
         or ("reply-to" in headers and needs_reply_queue(core, headers))
         or ("retain" in headers and retain_action(core, headers, destination))
-        or scheduled.DELAY_HEADER in headers or scheduled.TIME_HEADER in headers
+        or DELAY_HEADER in headers or TIME_HEADER in headers
     ):
         return send_to(core, frame, destination, target, receipted=True)
     publish(core, frame, destination, target, None)
@@ -76,7 +78,7 @@ def send_to(core: Context, frame: Frame, destination: dest.Destination, target: 
     or (after the publish) the retained copy."""
     headers = frame.headers
     delay = now_ms = None
-    if scheduled.DELAY_HEADER in headers or scheduled.TIME_HEADER in headers:
+    if DELAY_HEADER in headers or TIME_HEADER in headers:
         now_ms = int(core.wall() * 1000)
         delay = scheduled.delay_of(headers, now_ms)
     action = retain_action(core, headers, destination)

@@ -5,7 +5,8 @@ of a composite one, and a subscription made again after RabbitMQ cancelled it.
 Apollo and Artemis features live here as rules (``protocol/features.py``,
 ``protocol/selectors.py``) applied to the plan: nothing is stored in the bridge. A selector
 drops what does not match by acknowledging it, a browse hands messages back to RabbitMQ,
-durable subscriptions are RabbitMQ queues.
+durable subscriptions are RabbitMQ queues, and a named stream subscription's offset is a
+message in one (``resume.py``).
 """
 
 from __future__ import annotations
