@@ -115,8 +115,9 @@ def test_a_scheduled_retained_or_expiring_send_is_refused_and_the_connection_sta
 # -- named stream subscriptions ----------------------------------------------------------------
 
 
-def subscribed(stored: bytes | None = None, ack: str = "client-individual", **headers: str) -> Harness:
-    h = connected()
+def subscribed(stored: bytes | None = None, ack: str = "client-individual", rules: dict | None = None,
+               **headers: str) -> Harness:
+    h = connected(**(rules or {}))
     queue = resume.offset_queue("s", "reader")
     if stored is not None:
         h.peeks[queue] = ({}, stored)
@@ -222,3 +223,14 @@ def test_a_name_on_a_topic_or_a_composite_destination_is_refused():
     h.frame("SUBSCRIBE", {"destination": "/queue/a,/queue/b", "id": "2", resume.NAME_HEADER: "n"})
     assert [f.headers["message"] for f in h.frames()] == ["Invalid header", "Invalid header"]
     assert h.of(p.Peek) == [] and h.core.state is OPEN
+
+
+def test_subscribing_again_after_rabbitmq_cancelled_starts_after_the_offset_stored_meanwhile():
+    h = subscribed(ack="client", rules={"resubscribe_on_cancel": True})
+    delivered(h, 0, 1, 2)
+    h.frame("ACK", {"id": "T_r@@session-test@@2"})  # offsets 0 and 1
+    h.peeks[resume.offset_queue("s", "reader")] = ({}, b"1")  # what that ACK stored
+    h.cancel("T_r")
+    h.advance(1)
+    first, again = h.of(p.Consume)
+    assert again.arguments["x-stream-offset"] == 2 and len(h.of(p.Peek)) == 2
