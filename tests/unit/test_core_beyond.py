@@ -102,6 +102,17 @@ def test_scheduled_time_wins_over_the_delay_and_a_past_time_sends_at_once():
     assert second.exchange == "amq.topic"
 
 
+def test_a_transactional_or_composite_scheduled_send_waits_like_any_other():
+    h = connected()
+    h.frame("BEGIN", {"transaction": "t"})
+    h.frame("SEND", {"destination": "/topic/a", "transaction": "t", "AMQ_SCHEDULED_DELAY": "2"})
+    assert h.of(p.Publish) == []
+    h.frame("COMMIT", {"transaction": "t"})
+    h.frame("SEND", {"destination": "/topic/b,/queue/c", "AMQ_SCHEDULED_DELAY": "1"})
+    assert [(plan.exchange, plan.routing_key) for plan in h.of(p.Publish)] == [
+        (scheduled.level_exchange(1), "a"), (scheduled.level_exchange(0), "b"), (scheduled.level_exchange(0), "c")]
+
+
 def test_a_scheduled_retained_or_expiring_send_is_refused_and_the_connection_stays():
     h = connected(retained_messages=True)
     h.frame("SEND", {"destination": "/topic/t", "AMQ_SCHEDULED_DELAY": "10", "retain": "set", "receipt": "1"})
