@@ -34,7 +34,7 @@ OTHER = "other"
 # the source and fails on a new one missing here)...
 BRIDGE_ERRORS = frozenset({
     "Bad CONNECT", "Bad command", "Bad transaction", "Broker connection lost", "Broker unavailable",
-    "Browsing needs a queue", "Connect timeout", "Duplicated subscription identifier",
+    "Browsing needs a queue", "Connect timeout", "Credential expired", "Duplicated subscription identifier",
     "Frame too large", "Header too long", "Heart-beat timeout", "Idle timeout", "Illegal command",
     "Invalid PROXY protocol header", "Invalid WebSocket frame", "Invalid command",
     "Invalid content-length", "Invalid destination", "Invalid escape sequence", "Invalid frame",
@@ -43,7 +43,7 @@ BRIDGE_ERRORS = frozenset({
     "Missing destination or id", "Missing frame terminator", "Missing header",
     "Missing transaction", "No subscription found", "Not connected", "Processing error",
     "Selector not supported on shared queues", "Server cancelled subscription", "Server shutdown",
-    "Subscription not found", "Token expired", "Token refused", "Too many headers", "Too many subscriptions",
+    "Subscription not found", "Token refused", "Too many headers", "Too many subscriptions",
     "Transaction limit exceeded",
     "Transaction too large", "Unknown destination", "Unroutable message", "Unsupported browser-end",
     "Unsupported content type", "Untrusted PROXY protocol peer", "Version mismatch",

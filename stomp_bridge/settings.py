@@ -50,9 +50,12 @@ class Settings(BaseSettings):
         "from its `host` header.",
     )
 
-    # The plugin's defaults: guest/guest is used when CONNECT has no login.
-    default_user: str | None = Field("guest", description="Login when CONNECT has none (unset: refuse).")
-    default_pass: str | None = Field("guest", description="Passcode that goes with default_user.")
+    # The plugin's defaults, each used where CONNECT lacks its header (rabbit_stomp_processor:creds/3).
+    default_user: str | None = Field(
+        "guest", description="Login when CONNECT has no login header (unset: refuse); a passcode that "
+        "came with it (an OAuth 2 token) is kept, as the plugin keeps it.",
+    )
+    default_pass: str | None = Field("guest", description="Passcode when CONNECT has no passcode header.")
     default_vhost: str = Field("/", description="Vhost when CONNECT has no host header.")
     implicit_connect: bool = Field(
         False, description="A first frame other than CONNECT logs in as the default user (no CONNECTED)."

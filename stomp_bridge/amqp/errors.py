@@ -5,16 +5,16 @@ from __future__ import annotations
 import aiormq.exceptions as amqp_exc
 
 from stomp_bridge.protocol.errors import BrokerError, StompError
-from stomp_bridge.protocol.features import TOKEN_DESTINATION
 
 
 def token_expired(private: str = "") -> BrokerError:
     """The ERROR for a connection whose OAuth 2 token ran out (RabbitMQ's close, or the
-    bridge's own timer for brokers that keep such a connection open)."""
+    bridge's own timer for brokers that keep such a connection open): the plugin's words
+    (rabbit_stomp_processor:send_credential_expired_error/1, RabbitMQ 4.1 and later). A client
+    keeps its connection by sending a new token to /bridge/token before then."""
     return BrokerError(
-        "Token expired",
-        "Your OAuth 2 token (the passcode) expired, so the connection ends. Log in again with a new "
-        f"token, or send a new one before it expires: SEND it to {TOKEN_DESTINATION}.",
+        "Credential expired",
+        "The credential used to authenticate this connection has expired",
         private=private,
     )
 
