@@ -126,6 +126,7 @@ class Counters:
         self.heartbeat_timeouts = 0
         self.auth_failures = 0
         self.logins_throttled = 0  # refused at once: too many failed logins (login_failures_per_minute)
+        self.logins_delayed = 0  # held for their turn with RabbitMQ: their user is being guessed at
         # by limit: total, per_ip, origin, http_auth, proxy_protocol (bad header), untrusted_proxy
         self.connections_refused: defaultdict[str, int] = defaultdict(int)
         self.tls_handshake_failures: defaultdict[str, int] = defaultdict(int)  # by reason
@@ -219,8 +220,15 @@ class BridgeCollector(Collector):
         yield _counter(
             "stomp_bridge_logins_throttled",
             "CONNECTs refused without asking RabbitMQ: too many failed logins of that user from that "
-            "address (login_failures_per_minute).",
+            "address, and its next turn more than 10 s away (login_failures_per_minute).",
             c.logins_throttled,
+        )
+        yield _counter(
+            "stomp_bridge_logins_delayed",
+            "CONNECTs held for their turn before RabbitMQ checked them: too many failed logins of that "
+            "user from that address, and a password RabbitMQ has not accepted for it in the last "
+            "24 hours (login_failures_per_minute).",
+            c.logins_delayed,
         )
         yield _labelled(
             "stomp_bridge_tls_handshake_failures",

@@ -159,9 +159,12 @@ class Settings(BaseSettings):
         10,
         ge=0,
         description="After this many failed logins of one user from one client address within a "
-        "minute, that user's logins from that address are refused at once, without asking "
-        "RabbitMQ, until the minute is over (stomp_bridge_logins_throttled_total); other users "
-        "and addresses are not affected. 0: no limit.",
+        "minute, RabbitMQ checks that user's logins from that address one at a time, 6 s apart "
+        "(60 s / this), then twice as far apart after each further failure, up to a minute; a "
+        "login whose turn is more than 10 s away is refused at once (stomp_bridge_logins_delayed_total, "
+        "stomp_bridge_logins_throttled_total). A password RabbitMQ accepted for that user in the last 24 hours "
+        "takes no turn, so guessing cannot lock the rightful user out; other users and addresses "
+        "are not affected. 0: no limit.",
     )
     client_ack_window: int = Field(
         500,

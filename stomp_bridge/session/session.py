@@ -32,6 +32,7 @@ from stomp_bridge.logs import log_frame
 from stomp_bridge.metrics import Counters
 from stomp_bridge.session import login
 from stomp_bridge.session.acks import Unacked, ack_target
+from stomp_bridge.session.login_turn import login_turn
 from stomp_bridge.session.receipts import NOTHING_HELD, ReceiptLedger
 from stomp_bridge.session.subscriptions import Subscription, part_tag, window_tag
 from stomp_bridge.session.transactions import Transactions, transaction_id
@@ -310,55 +311,41 @@ class Session:
         self._write(serialize(connected, version, self._eol))
 
     async def _open_amqp(self, request: login.LoginRequest, cert_login: AmqpLogin | None) -> tuple[AmqpSession, str]:
-        """The AMQP session for ``request`` and the vhost it got, through the login throttle:
-        a refusal counts as a failed login, no answer (or a cancel) as none."""
+        """The AMQP session for ``request`` and the vhost it got, in the login's turn with the
+        throttle (login_turn.py: it may wait, or refuse at once)."""
         s = self.settings
         user, passcode, vhost = request.user, request.passcode, request.vhost
-        throttle = self.throttle
-        if throttle is not None and (wait := throttle.retry_after(self.peer, user)) > 0:
-            self.counters.logins_throttled += 1
-            raise login.throttled(throttle, self.peer, user, wait)
-        if throttle is not None:
-            throttle.begin(self.peer, user)
         try:
-            # amqps://: verify RabbitMQ; EXTERNAL: also the certificate signed for this user
-            tls_login = {
-                "context": cert_login.context if cert_login is not None else (
-                    self.security.amqp_context if self.security is not None else None
-                ),
-                "external": cert_login is not None and cert_login.external,
-            }
-            try:
-                amqp = await AmqpSession.open(
-                    self.pool,
-                    user,
-                    passcode,
-                    vhost,
-                    client_name=f"stomp-bridge {self.peer_name} ({user})",
-                    timeout=s.amqp_connect_timeout,
-                    **tls_login,
-                )
-            except AccessRefused as exc:
-                if not login.falls_back(s, vhost, exc):
-                    raise
-                vhost = s.default_vhost  # opt-in: an unknown host goes to the default vhost
-                amqp = await AmqpSession.open(
-                    self.pool, user, passcode, vhost,
-                    client_name=f"stomp-bridge {self.peer_name} ({user})",
-                    timeout=s.amqp_connect_timeout, **tls_login,
-                )
-        except AccessRefused:
-            if throttle is not None:
-                throttle.failed(self.peer, user)
+            async with login_turn(self.throttle, self.peer, user, passcode, self.counters):
+                # amqps://: verify RabbitMQ; EXTERNAL: also the certificate signed for this user
+                tls_login = {
+                    "context": cert_login.context if cert_login is not None else (
+                        self.security.amqp_context if self.security is not None else None
+                    ),
+                    "external": cert_login is not None and cert_login.external,
+                }
+                try:
+                    amqp = await AmqpSession.open(
+                        self.pool,
+                        user,
+                        passcode,
+                        vhost,
+                        client_name=f"stomp-bridge {self.peer_name} ({user})",
+                        timeout=s.amqp_connect_timeout,
+                        **tls_login,
+                    )
+                except AccessRefused as exc:
+                    if not login.falls_back(s, vhost, exc):
+                        raise
+                    vhost = s.default_vhost  # opt-in: an unknown host goes to the default vhost
+                    amqp = await AmqpSession.open(
+                        self.pool, user, passcode, vhost,
+                        client_name=f"stomp-bridge {self.peer_name} ({user})",
+                        timeout=s.amqp_connect_timeout, **tls_login,
+                    )
+        except BrokerError:
+            self.counters.amqp_connection_failures += 1
             raise
-        except BaseException as exc:  # RabbitMQ did not answer (or we were cancelled): no verdict
-            if throttle is not None:
-                throttle.abandon(self.peer, user)
-            if isinstance(exc, BrokerError):
-                self.counters.amqp_connection_failures += 1
-            raise
-        if throttle is not None:
-            throttle.succeeded(self.peer, user)
         return amqp, vhost
 
     def _start(self, amqp: AmqpSession, user: str, vhost: str, version: str, heartbeat: tuple[int, int]) -> None:
