@@ -55,7 +55,9 @@ def credentials(
     """(user, passcode), by precedence: the client certificate's login; the credentials the
     transport established (web-stomp's use_http_auth: CONNECT's ``login`` and ``passcode``
     are then ignored, as the plugin's force_default_creds); CONNECT's ``login`` and
-    ``passcode``; the configured default user."""
+    ``passcode``, each replaced by ``default_user`` or ``default_pass`` only where it is
+    missing (rabbit_stomp_processor:creds/3): a passcode without a login (an OAuth 2 token)
+    is checked as it came, never swapped for the default user's password."""
     login = headers.get("login")
     if cert_login is not None:
         return cert_login.user, cert_login.password
@@ -71,7 +73,7 @@ def credentials(
     if login is None:
         if settings.default_user is None:
             raise AccessRefused("Bad CONNECT", "No login header and no default_user configured on the bridge")
-        return settings.default_user, settings.default_pass
+        login = settings.default_user
     return login, headers.get("passcode", settings.default_pass or "")
 
 
