@@ -34,6 +34,7 @@ from stomp_bridge.logs import log_frame
 from stomp_bridge.metrics import Counters
 from stomp_bridge.protocol.errors import AccessRefused, BrokerError, StompError
 from stomp_bridge.protocol.frames import Frame
+from stomp_bridge.session.login_turn import login_turn
 
 if TYPE_CHECKING:
     from stomp_bridge.session.throttle import LoginThrottle
@@ -266,35 +267,21 @@ class Session:
     # -- the plans ---------------------------------------------------------------------------
 
     async def _open_amqp(self, plan: OpenAmqp) -> Opened:
-        """The AMQP session for the login, through the login throttle: a refusal counts as a
-        failed login, no answer (or a cancel) as none."""
+        """The AMQP session for the login, in the login's turn with the throttle (login_turn.py:
+        it may wait, or refuse at once)."""
         user, passcode, vhost, cert_login = plan.user, plan.passcode, plan.vhost, plan.cert_login
-        throttle, peer = self._throttle, self.core.peer
-        if throttle is not None and (wait := throttle.retry_after(peer, user)) > 0:
-            self.counters.logins_throttled += 1
-            raise login.throttled(throttle, peer, user, wait)
-        if throttle is not None:
-            throttle.begin(peer, user)
         try:
-            try:
-                amqp = await self._open_channel(user, passcode, vhost, cert_login)
-            except AccessRefused as exc:
-                if plan.fallback_vhost is None or not login.vhost_refused(exc):
-                    raise
-                vhost = plan.fallback_vhost  # opt-in: an unknown host goes to the default vhost
-                amqp = await self._open_channel(user, passcode, vhost, cert_login)
-        except AccessRefused:
-            if throttle is not None:
-                throttle.failed(peer, user)
+            async with login_turn(self._throttle, self.core.peer, user, passcode, self.counters):
+                try:
+                    amqp = await self._open_channel(user, passcode, vhost, cert_login)
+                except AccessRefused as exc:
+                    if plan.fallback_vhost is None or not login.vhost_refused(exc):
+                        raise
+                    vhost = plan.fallback_vhost  # opt-in: an unknown host goes to the default vhost
+                    amqp = await self._open_channel(user, passcode, vhost, cert_login)
+        except BrokerError:
+            self.counters.amqp_connection_failures += 1
             raise
-        except BaseException as exc:  # RabbitMQ did not answer (or we were cancelled): no verdict
-            if throttle is not None:
-                throttle.abandon(peer, user)
-            if isinstance(exc, BrokerError):
-                self.counters.amqp_connection_failures += 1
-            raise
-        if throttle is not None:
-            throttle.succeeded(peer, user)
         self.amqp = amqp
         self._listen(amqp)
         return Opened(vhost, amqp.broker_version_text, amqp.dialect)
