@@ -34,7 +34,7 @@ OTHER = "other"
 # the source and fails on a new one missing here)...
 BRIDGE_ERRORS = frozenset({
     "Bad CONNECT", "Bad command", "Bad transaction", "Broker connection lost", "Broker unavailable",
-    "Browsing needs a queue", "Connect timeout", "Duplicated subscription identifier",
+    "Browsing needs a queue", "Connect timeout", "Credential expired", "Duplicated subscription identifier",
     "Frame too large", "Header too long", "Heart-beat timeout", "Idle timeout", "Illegal command",
     "Invalid PROXY protocol header", "Invalid WebSocket frame", "Invalid command",
     "Invalid content-length", "Invalid destination", "Invalid escape sequence", "Invalid frame",
@@ -43,7 +43,7 @@ BRIDGE_ERRORS = frozenset({
     "Missing destination or id", "Missing frame terminator", "Missing header",
     "Missing transaction", "No subscription found", "Not connected", "Processing error",
     "Selector not supported on shared queues", "Server cancelled subscription", "Server shutdown",
-    "Subscription not found", "Token expired", "Token refused", "Too many headers", "Too many subscriptions",
+    "Subscription not found", "Token refused", "Too many headers", "Too many subscriptions",
     "Transaction limit exceeded",
     "Transaction too large", "Unknown destination", "Unroutable message", "Unsupported browser-end",
     "Unsupported content type", "Untrusted PROXY protocol peer", "Version mismatch",
@@ -126,6 +126,7 @@ class Counters:
         self.heartbeat_timeouts = 0
         self.auth_failures = 0
         self.logins_throttled = 0  # refused at once: too many failed logins (login_failures_per_minute)
+        self.logins_delayed = 0  # held for their turn with RabbitMQ: their user is being guessed at
         # by limit: total, per_ip, origin, http_auth, proxy_protocol (bad header), untrusted_proxy
         self.connections_refused: defaultdict[str, int] = defaultdict(int)
         self.tls_handshake_failures: defaultdict[str, int] = defaultdict(int)  # by reason
@@ -191,7 +192,11 @@ METRICS: tuple[Spec, ...] = (
     Spec("stomp_bridge_auth_failures", "counter", "CONNECTs refused by authentication.", "auth_failures"),
     Spec("stomp_bridge_logins_throttled", "counter",
          "CONNECTs refused without asking RabbitMQ: too many failed logins of that user from that "
-         "address (login_failures_per_minute).", "logins_throttled"),
+         "address, and its next turn more than 10 s away (login_failures_per_minute).", "logins_throttled"),
+    Spec("stomp_bridge_logins_delayed", "counter",
+         "CONNECTs held for their turn before RabbitMQ checked them: too many failed logins of that "
+         "user from that address, and a password RabbitMQ has not accepted for it in the last "
+         "24 hours (login_failures_per_minute).", "logins_delayed"),
     Spec("stomp_bridge_tls_handshake_failures", "counter",
          "Failed TLS handshakes on the TLS and wss listeners, by reason (version, no_certificate, "
          "certificate, closed, protocol: not TLS, e.g. plain STOMP on the TLS port), each also logged at "

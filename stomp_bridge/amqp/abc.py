@@ -96,12 +96,16 @@ class SessionChannel(Protocol):
     async def bind(self, queue: str, exchange: str, routing_key: str, arguments: dict[str, Any] | None = None) -> None:
         ...
 
+    async def declare_exchange(self, exchange: str, kind: str, arguments: dict[str, Any] | None = None) -> None:
+        """exchange.declare of a durable exchange (the scheduled-delivery topology)."""
+
     async def delete_queue(self, queue: str) -> None: ...
 
     async def consume(
         self, queue: str, consumer_tag: str, *, no_ack: bool, prefetch: int = 0,
-        arguments: dict[str, Any] | None = None,
-    ) -> None: ...
+        arguments: dict[str, Any] | None = None, stream_auto: bool = False,
+    ) -> None:
+        """``stream_auto``: ack:auto on a stream, acked by the bridge (a named stream subscription)."""
 
     async def cancel(self, consumer_tag: str) -> None: ...
 

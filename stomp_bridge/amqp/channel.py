@@ -347,6 +347,10 @@ class AmqpSession:
         self._check_exclusive(queue)
         await self._rpc(self.channel.queue_bind, queue, exchange, routing_key=routing_key, arguments=arguments)
 
+    async def declare_exchange(self, exchange: str, kind: str, arguments: dict[str, Any] | None = None) -> None:
+        await self._rpc(self.channel.exchange_declare, exchange, exchange_type=kind, durable=True,
+                        arguments=arguments or None)
+
     async def delete_queue(self, queue: str) -> None:
         self._check_exclusive(queue)
         await self._rpc(self.channel.queue_delete, queue)
@@ -360,17 +364,19 @@ class AmqpSession:
         no_ack: bool,
         prefetch: int = 0,
         arguments: dict[str, Any] | None = None,
+        stream_auto: bool = False,
     ) -> None:
         """Consume with ``prefetch`` (0: unlimited); an ack:auto (``no_ack``) consumer is acked
         by the bridge within ``auto_ack_window`` instead.
 
         Except on a stream (``x-stream-…`` arguments): RabbitMQ refuses ack:auto
-        there, and the client must get that refusal as from the plugin. RabbitMQ's
+        there, and the client must get that refusal as from the plugin (unless
+        ``stream_auto``: a named stream subscription, acked by the bridge all the same). RabbitMQ's
         per-consumer qos applies to the consumers created after it, so qos and consume go
         together, one pair at a time (a session may add a consumer while it handles a frame).
         """
         self._check_exclusive(queue)
-        bridge_acks = no_ack and not (arguments and any(k.startswith("x-stream-") for k in arguments))
+        bridge_acks = no_ack and (stream_auto or not (arguments and any(k.startswith("x-stream-") for k in arguments)))
         async with self._consuming:
             if bridge_acks:
                 prefetch = self._auto.window

@@ -129,6 +129,15 @@ class LeanChannel:
             (spec.Queue.BindOk,),
         )
 
+    async def exchange_declare(
+        self, exchange: str, *, exchange_type: str = "direct", durable: bool = False,
+        arguments: dict[str, Any] | None = None,
+    ) -> spec.Exchange.DeclareOk:
+        return await self._call(
+            spec.Exchange.Declare(exchange=exchange, exchange_type=exchange_type, durable=durable, arguments=arguments),
+            (spec.Exchange.DeclareOk,),
+        )
+
     async def queue_delete(self, queue: str = "") -> spec.Queue.DeleteOk:
         return await self._call(spec.Queue.Delete(queue=queue), (spec.Queue.DeleteOk,))
 

@@ -161,6 +161,11 @@ class AmqpPool:
     def connection_count(self) -> int:
         return sum(len(group) for group in self._connections.values())
 
+    @property
+    def closing_count(self) -> int:
+        """Publishing connections whose linger ran out and whose close has not finished yet."""
+        return len(self._closing)
+
     def _fresh(self, shared: SharedConnection, now: float) -> bool:
         """Still offered to new sessions (open, and its login recent enough)."""
         if shared.retired or shared.connection.is_closed:

@@ -8,7 +8,7 @@ functions that return one (None: nothing left to do).
 from __future__ import annotations
 
 from stomp_bridge import __version__
-from stomp_bridge.core import login
+from stomp_bridge.core import login, resume
 from stomp_bridge.core.acks import ack_target
 from stomp_bridge.core.context import OPEN, Context, Steps, log
 from stomp_bridge.core.plans import (
@@ -91,12 +91,16 @@ def already_connected(core: Context, frame: Frame) -> None:
 def ack(core: Context, frame: Frame) -> None:
     if not core.transactions.hold(frame):
         core.to_amqp.append(settle(core, frame, "ACK"))
+        if core.unacked.moved:  # a named stream subscription's offset moved
+            resume.settled(core)
     core.receipt(frame)
 
 
 def nack(core: Context, frame: Frame) -> None:
     if not core.transactions.hold(frame):
         core.to_amqp.append(settle(core, frame, "NACK"))
+        if core.unacked.moved:
+            resume.settled(core)
     core.receipt(frame)
 
 
@@ -138,6 +142,8 @@ def commit(core: Context, frame: Frame) -> Steps:
                     yield from steps
             else:
                 core.to_amqp.append(settle(core, action, action.command))
+                if core.unacked.moved:
+                    resume.settled(core)
         except StompError as exc:
             core.answer(exc, action)
             if core.state is not OPEN:
@@ -157,9 +163,11 @@ def disconnect(core: Context, frame: Frame) -> Steps:
     """The RECEIPT once everything before it is confirmed; then the driver closes the AMQP side
     first, so that once the client sees the socket close, RabbitMQ has already requeued its
     unacknowledged messages and the session's exclusive queues are gone."""
+    stored = resume.store_all(core)  # named stream subscriptions: their offsets as far as they got
     receipt = frame.headers.get("receipt")
-    if receipt is not None:
+    if receipt is not None or stored:
         yield Flush()
+    if receipt is not None:
         core.queue_receipt(receipt)
         yield ReceiptsSent()
     yield Disconnect()

@@ -110,7 +110,8 @@ class Context:
         "state", "closed", "version", "session_id", "user", "vhost", "heartbeat", "eol", "parser", "dest_rules",
         "subscriptions", "unacked", "transactions", "declared_queues", "reply_queues", "exclusive_queues",
         "client_id", "policy", "token_login", "token_subject", "discard_on_close", "ledger", "mandatory", "refused",
-        "settling", "close_reason", "close_detail", "out", "wakeup", "on_close", "to_amqp", "jobs", "observer",
+        "settling", "close_reason", "close_detail", "out", "wakeup", "on_close", "to_amqp", "jobs", "scheduled_exchanges",
+        "observer",
     )
 
     def __init__(
@@ -163,6 +164,9 @@ class Context:
         # Queues a failed SUBSCRIBE declared: deleted (on a channel of their own) once it has closed.
         self.discard_on_close: list[str] = []
         self.client_id: str | None = None  # Artemis durable subscriptions
+        # Scheduled delivery: None until this session found (or made) the topology; then the
+        # exchanges the ``due`` exchange is bound to.
+        self.scheduled_exchanges: set[str] | None = None
         self.policy: Any = None  # Swaptacular: core.peer.PeerPolicy once CONNECT bound it
         self.token_login = False  # the passcode was a JWT (an OAuth 2 login /bridge/token can refresh)
         self.token_subject: str | None = None  # a JWT passcode's sub: a new token must be its

@@ -19,7 +19,7 @@ from stomp_bridge.protocol.errors import AccessRefused
 
 if TYPE_CHECKING:
     from stomp_bridge.core.peer import PeerPolicy
-    from stomp_bridge.core.rules import Rules as Settings
+    from stomp_bridge.core.rules import Rules
 
 
 class AmqpLogin(Protocol):
@@ -47,7 +47,7 @@ def connect_headers(headers: dict[str, str], version: str) -> dict[str, str]:
 
 
 def credentials(
-    settings: Settings,
+    settings: Rules,
     headers: Mapping[str, str],
     cert_login: AmqpLogin | None,
     transport: tuple[str | None, str | None] | None,
@@ -55,7 +55,9 @@ def credentials(
     """(user, passcode), by precedence: the client certificate's login; the credentials the
     transport established (web-stomp's use_http_auth: CONNECT's ``login`` and ``passcode``
     are then ignored, as the plugin's force_default_creds); CONNECT's ``login`` and
-    ``passcode``; the configured default user."""
+    ``passcode``, each replaced by ``default_user`` or ``default_pass`` only where it is
+    missing (rabbit_stomp_processor:creds/3): a passcode without a login (an OAuth 2 token)
+    is checked as it came, never swapped for the default user's password."""
     login = headers.get("login")
     if cert_login is not None:
         return cert_login.user, cert_login.password
@@ -71,24 +73,24 @@ def credentials(
     if login is None:
         if settings.default_user is None:
             raise AccessRefused("Bad CONNECT", "No login header and no default_user configured on the bridge")
-        return settings.default_user, settings.default_pass
+        login = settings.default_user
     return login, headers.get("passcode", settings.default_pass or "")
 
 
-def vhost_for(settings: Settings, host: str) -> str:
+def vhost_for(settings: Rules, host: str) -> str:
     """``host_vhosts``: clients such as stompman always send ``host:<server host name>``, which
     the plugin takes for a vhost name; the map names the vhost instead."""
     mapped = settings.host_vhosts
     return mapped.get(host, host) if mapped else host
 
 
-def requested_vhost(settings: Settings, headers: Mapping[str, str], policy: PeerPolicy | None) -> str:
+def requested_vhost(settings: Rules, headers: Mapping[str, str], policy: PeerPolicy | None) -> str:
     if policy is not None:  # Swaptacular: host names the peer, the vhost is configured
         return policy.vhost
     return vhost_for(settings, headers.get("host", settings.default_vhost))
 
 
-def falls_back(settings: Settings, vhost: str, error: AccessRefused) -> bool:
+def falls_back(settings: Rules, vhost: str, error: AccessRefused) -> bool:
     """``unknown_host_default_vhost`` (opt-in): a host that is not in ``host_vhosts`` and that
     RabbitMQ refused as a vhost logs in to ``default_vhost`` instead."""
     return (
@@ -123,7 +125,7 @@ def negotiate_heartbeat(header: str, minimum: float = 0.0, maximum: float = 0.0)
 
 
 def login_request(
-    settings: Settings,
+    settings: Rules,
     headers: Mapping[str, str],
     *,
     peer: str | None,
@@ -165,7 +167,7 @@ def server_header(broker_version: str, bridge_version: str) -> str:
     return f"RabbitMQ/{broker_version} (stomp-bridge/{bridge_version})"
 
 
-def fallback_vhost(settings: Settings, vhost: str) -> str | None:
+def fallback_vhost(settings: Rules, vhost: str) -> str | None:
     """The vhost to log in to instead if RabbitMQ refuses ``vhost`` (see :func:`falls_back`)."""
     if (
         settings.unknown_host_default_vhost

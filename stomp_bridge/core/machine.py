@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stomp_bridge.core import commands, send, subscribe
+from stomp_bridge.core import commands, resume, send, subscribe
 from stomp_bridge.core.context import CLOSED, LOGIN, OPEN, Context, Job, Steps
 from stomp_bridge.core.plans import Ack
 from stomp_bridge.core.state import TRANSITIONS, UNKNOWN, action
@@ -99,6 +99,8 @@ class StompCore(Context):
     def timer_fired(self, name: str) -> None:
         if name == "token":
             self.fail(token_expired())
+        elif name.startswith(resume.TIMER_PREFIX):
+            resume.timer_fired(self, name)
 
     @property
     def receipts_pending(self) -> int:
@@ -122,6 +124,8 @@ class StompCore(Context):
             if sub.ack:
                 self.to_amqp.append(Ack(delivery_tag, False))
             return
+        if sub.position is not None:
+            resume.delivered(self, sub, delivery_tag, headers)
         if sub.ack:
             self.unacked.delivered(delivery_tag, sub)
             if sub.window and not sub.growing and sub.window_full():

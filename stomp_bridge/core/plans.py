@@ -54,12 +54,21 @@ class Bind(NamedTuple):  # -> None
     arguments: dict[str, Any] | None
 
 
+class DeclareExchange(NamedTuple):  # -> None: a durable exchange (the scheduled-delivery topology)
+    exchange: str
+    kind: str
+    arguments: dict[str, Any]
+
+
 class Consume(NamedTuple):  # -> None
     queue: str
     consumer_tag: str
     no_ack: bool
     prefetch: int
     arguments: dict[str, Any] | None
+    # ack:auto acknowledged by the bridge even on a stream (RabbitMQ refuses no_ack there): a
+    # named stream subscription, whose offset the bridge stores itself
+    stream_auto: bool = False
 
 
 class Cancel(NamedTuple):  # -> None
@@ -115,7 +124,7 @@ class Opened(NamedTuple):
 
 
 class SetTimer(NamedTuple):  # -> None; at ``delay`` seconds the driver calls core.timer_fired(name)
-    name: str
+    name: str  # one timer per name: setting it again moves it
     delay: float | None  # None: cancel it
 
 

@@ -6,7 +6,8 @@ the Swaptacular peer rules, then the destination: a plugin destination; else
 ``/temp-topic/``) or the plugin's error. For each destination: declare a ``/queue/`` the
 session has not declared yet; the reply queue behind a ``reply-to: /temp-queue/<id>``;
 the properties; Apollo's ``expires``/``ttl`` (an expired message is dropped, and still
-receipted); ``mandatory``; the publish; then Apollo's ``retain``.
+receipted); ``mandatory``; the publish (with ``AMQ_SCHEDULED_DELAY``/``AMQ_SCHEDULED_TIME``,
+into RabbitMQ's delay levels, ``protocol/scheduled.py``); then Apollo's ``retain``.
 
 Retained messages and ``mandatory``: the retained copy is kept only of a message RabbitMQ
 routed. With ``mandatory``, the SEND waits for RabbitMQ's verdict on its publish before it
@@ -17,11 +18,15 @@ and no copy is kept.
 from __future__ import annotations
 
 from stomp_bridge.core.context import Context, Steps, log
-from stomp_bridge.core.plans import Consume, Declare, DeleteQueue, Settled, SetTimer, UpdateSecret
+from stomp_bridge.core.plans import (
+    Bind, Consume, Declare, DeclareExchange, DeleteQueue, QueueExists, Settled, SetTimer, UpdateSecret,
+)
 from stomp_bridge.core.subscriptions import Subscription
 from stomp_bridge.protocol import destinations as dest
 from stomp_bridge.protocol import features
 from stomp_bridge.protocol import headers as hdr
+from stomp_bridge.protocol import scheduled
+from stomp_bridge.protocol.scheduled import DELAY_HEADER, TIME_HEADER
 from stomp_bridge.protocol.errors import BrokerError, FrameRejected, InvalidDestination
 from stomp_bridge.protocol.frames import Frame
 
@@ -51,6 +56,7 @@ def send(core: Context, frame: Frame, committed: bool = False) -> Steps | None:
         target.declare is not None
         or ("reply-to" in headers and needs_reply_queue(core, headers))
         or ("retain" in headers and retain_action(core, headers, destination))
+        or DELAY_HEADER in headers or TIME_HEADER in headers
     ):
         return send_to(core, frame, destination, target, receipted=True)
     publish(core, frame, destination, target, None)
@@ -85,13 +91,22 @@ def send_to(core: Context, frame: Frame, destination: dest.Destination, target: 
     """One destination of a SEND that needs RabbitMQ first: the queue declared, the reply queue,
     or (after the publish) the retained copy."""
     headers = frame.headers
+    delay = now_ms = None
+    if DELAY_HEADER in headers or TIME_HEADER in headers:
+        now_ms = int(core.wall() * 1000)
+        delay = scheduled.delay_of(headers, now_ms)
+    action = retain_action(core, headers, destination)
+    if delay is not None and action is not None:
+        raise FrameRejected("Invalid header", "A retained message cannot be scheduled: send it without "
+                                              f"{scheduled.DELAY_HEADER}/{scheduled.TIME_HEADER}, or without retain\n")
     if target.declare is not None:
         core.declared(target.declare, (yield Declare(target.declare)))
     reply_to = None
     if needs_reply_queue(core, headers):
         reply_to = yield from reply_queue(core, dest.reply_to_temp_queue(headers["reply-to"]))
-    sent = publish(core, frame, destination, target, reply_to)
-    action = retain_action(core, headers, destination)
+    if delay is not None:
+        yield from schedule_topology(core, target.exchange)
+    sent = publish(core, frame, destination, target, reply_to, None if delay is None else (delay, now_ms + delay))
     if sent is not None and action is not None:
         seq, props, mandatory = sent
         yield from retain(core, target, props, frame.body, action, seq if mandatory else None)
@@ -115,10 +130,11 @@ def retain_action(core: Context, headers: dict[str, str], destination: dest.Dest
 
 
 def publish(core: Context, frame: Frame, destination: dest.Destination, target: dest.SendTarget,
-            reply_to: str | None) -> tuple[int, dict, bool] | None:
+            reply_to: str | None, delay: tuple[int, int] | None = None) -> tuple[int, dict, bool] | None:
     """The publish of one destination of a SEND: its number, properties and whether it is
     mandatory; None if Apollo's ``expires``/``ttl`` says it expired already (never delivered,
-    and the RECEIPT still comes)."""
+    and the RECEIPT still comes). With a ``delay`` (ms, and the due time in epoch ms), into the scheduled-delivery levels
+    (``protocol/scheduled.py``) instead of the destination's exchange."""
     headers = frame.headers
     reply = headers.get("reply-to")
     if reply_to is None and reply is not None:
@@ -138,6 +154,15 @@ def publish(core: Context, frame: Frame, destination: dest.Destination, target: 
     problem = hdr.publish_problem(exchange, routing_key, props)
     if problem is not None:  # a value AMQP cannot carry, e.g. a 300-byte routing key
         raise FrameRejected("Invalid header", f"{problem}\n")
+    if delay is not None:
+        if "expiration" in props:  # RabbitMQ would expire it while it waits, and drop the TTL after
+            raise FrameRejected("Invalid header", "A scheduled message cannot also expire (expiration, "
+                                                  "expires or ttl): send one or the other\n")
+        plan = scheduled.schedule(*delay, exchange=exchange, mandatory=mandatory)
+        table = props["headers"]
+        scheduled.without_schedule_headers(table)
+        table.update(plan.headers)
+        exchange, mandatory = plan.exchange, False  # the levels always route it; see scheduled.py
     seq = core.publish(exchange, routing_key, props, frame.body, mandatory)
     if mandatory:
         core.mandatory_sent(seq, exchange, routing_key, destination.header, headers.get("receipt"))
@@ -145,6 +170,29 @@ def publish(core: Context, frame: Frame, destination: dest.Destination, target: 
         core.observer.published(frame, seq, exchange, routing_key, props)
     core.counters.messages_published += 1
     return seq, props, mandatory
+
+
+def schedule_topology(core: Context, exchange: str) -> Steps:
+    """What a scheduled message needs in RabbitMQ: the levels (declared when a side channel finds
+    their last queue missing, once per session), and the exit queues of the SEND's exchange
+    (declared once per session and exchange)."""
+    exits = core.scheduled_exchanges
+    specs: list = []
+    if exits is None:
+        if not (yield QueueExists(scheduled.MARKER_QUEUE)):
+            specs = scheduled.topology()
+        exits = core.scheduled_exchanges = set()
+    if exchange not in exits:
+        specs = [*specs, *scheduled.exits(exchange)]
+    for spec in specs:
+        if isinstance(spec, scheduled.ExchangeSpec):
+            yield DeclareExchange(spec.name, spec.kind, spec.arguments)
+        elif isinstance(spec, scheduled.QueueSpec):
+            yield Declare(dest.QueueDeclare(spec.name, durable=True, auto_delete=False, exclusive=False,
+                                            arguments=spec.arguments))
+        else:
+            yield Bind(spec.queue, spec.exchange, "", spec.arguments)
+    exits.add(exchange)
 
 
 def set_expiration(props: dict, headers: dict[str, str], now_ms: int) -> bool:

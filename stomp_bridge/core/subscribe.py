@@ -5,13 +5,15 @@ of a composite one, and a subscription made again after RabbitMQ cancelled it.
 Apollo and Artemis features live here as rules (``protocol/features.py``,
 ``protocol/selectors.py``) applied to the plan: nothing is stored in the bridge. A selector
 drops what does not match by acknowledging it, a browse hands messages back to RabbitMQ,
-durable subscriptions are RabbitMQ queues.
+durable subscriptions are RabbitMQ queues, and a named stream subscription's offset is a
+message in one (``resume.py``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from stomp_bridge.core import resume as core_resume
 from stomp_bridge.core.context import Context, Steps, log
 from stomp_bridge.core.plans import (
     Bind, Cancel, Consume, Declare, DeleteQueue, Get, Nack, Peek, QueueExists,
@@ -21,6 +23,7 @@ from stomp_bridge.core.subscriptions import Subscription, part_tag, window_tag
 from stomp_bridge.protocol import destinations as dest
 from stomp_bridge.protocol import features
 from stomp_bridge.protocol import headers as hdr
+from stomp_bridge.protocol import resume
 from stomp_bridge.protocol.errors import BrokerError, FrameRejected, InvalidDestination, ProtocolError, StompError, tp
 from stomp_bridge.protocol.frames import Frame
 from stomp_bridge.protocol.selectors import compile_selector
@@ -52,8 +55,9 @@ def subscribe(core: Context, frame: Frame) -> Steps:
     # basic.qos carries 16 bits; the plugin's direct connection takes more, so the nearest.
     prefetch = min(hdr.prefetch_count(headers), 65535)
     arguments = hdr.consume_arguments(headers)
+    name = resume.consumer_name(headers, core.client_id, destination, composite is not None)
     window = 0
-    if mode != "auto" and prefetch == 0 and not any(k.startswith("x-stream-") for k in arguments):
+    if mode != "auto" and prefetch == 0 and name is None and not any(k.startswith("x-stream-") for k in arguments):
         window = prefetch = rules.client_ack_window
     if headers.get("browser") == "true":
         yield from browse(core, frame, tag, destination)
@@ -61,8 +65,14 @@ def subscribe(core: Context, frame: Frame) -> Steps:
     targets = composite or [destination]
     hook = delivery_filter(core, headers, targets)
     plans = [subscribe_plan(core, target, headers) for target in targets]  # refusals before I/O
+    position = None
+    if name is not None:  # a named stream subscription starts after its stored offset
+        position = yield from core_resume.open_position(core, destination, name)
+        arguments = hdr.consume_arguments(core_resume.start_headers(headers, position))
+        if mode != "auto" and prefetch == 0:
+            prefetch = rules.client_ack_window  # a stream needs one, and takes no windows
     sub = Subscription(tag, destination, "", ack=mode != "auto", multiple=multiple, filter=hook,
-                       window=window if composite is None else 0, arguments=arguments)
+                       window=window if composite is None else 0, arguments=arguments, position=position)
     if rules.resubscribe_on_cancel:
         sub.again = (targets, headers, prefetch)
     yield from subscribe_parts(core, sub, list(zip(targets, plans)), prefetch, headers.get("receipt"))
@@ -119,7 +129,7 @@ def subscribe_parts(
                 sub.extra_tags = (*sub.extra_tags, tag)
             core.subscriptions[tag] = sub
             registered.append(tag)
-            yield Consume(queue, tag, not sub.ack, prefetch, sub.arguments)
+            yield Consume(queue, tag, not sub.ack, prefetch, sub.arguments, sub.position is not None)
             if plan.binding is not None:
                 yield Bind(queue, *plan.binding, plan.binding_arguments)
         declared = None
@@ -208,6 +218,11 @@ def unsubscribe(core: Context, frame: Frame) -> Steps:
         )
     if sub.consuming:
         yield Cancel(tag)
+    if sub.position is not None:  # named: the offset as far as it got, or (named again) forgotten
+        if resume.NAME_HEADER in headers or features.durable_subscription_name(headers) is not None:
+            yield DeleteQueue(sub.position.queue)
+        else:
+            core_resume.store(core, sub.position)
     del core.subscriptions[tag]
     for extra in sub.extra_tags:
         yield Cancel(extra)
@@ -300,6 +315,11 @@ def resubscribe(core: Context, sub: Subscription) -> Steps:
                 missing = True
                 break
         if not missing:
+            if sub.position is not None:  # from the stored offset again, whatever was delivered
+                position = yield from core_resume.open_position(core, targets[0], sub.position.name)
+                sub.position.stored, sub.position.settled_max = position.stored, position.stored
+                sub.position.unsettled.clear()
+                sub.arguments = hdr.consume_arguments(core_resume.start_headers(headers, position))
             sub.extra_tags, sub.unacked, sub.growing = (), 0, False
             yield from subscribe_parts(core, sub, list(zip(targets, plans)), prefetch, None)
             core.counters.resubscriptions += 1

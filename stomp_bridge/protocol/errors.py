@@ -89,10 +89,11 @@ def processing_error(private: str = "") -> FrameRejected:
 
 def token_expired(private: str = "") -> BrokerError:
     """The ERROR for a connection whose OAuth 2 token ran out (RabbitMQ's close, or the
-    bridge's own timer for brokers that keep such a connection open)."""
+    bridge's own timer for brokers that keep such a connection open): the plugin's words
+    (rabbit_stomp_processor:send_credential_expired_error/1, RabbitMQ 4.1 and later). A client
+    keeps its connection by sending a new token to /bridge/token before then."""
     return BrokerError(
-        "Token expired",
-        "Your OAuth 2 token (the passcode) expired, so the connection ends. Log in again with a new "
-        "token, or send a new one before it expires: SEND it to /bridge/token.",
+        "Credential expired",
+        "The credential used to authenticate this connection has expired",
         private=private,
     )

@@ -24,7 +24,8 @@ from stomp_bridge.core import login
 from stomp_bridge.core.context import CLOSED, Job
 from stomp_bridge.core.machine import StompCore
 from stomp_bridge.core.plans import (
-    Ack, Bind, Cancel, Consume, Declare, DeleteQueue, Disconnect, Flush, Get, OpenAmqp, Opened,
+    Ack, Bind, Cancel, Consume, Declare, DeclareExchange, DeleteQueue, Disconnect, Flush, Get,
+    OpenAmqp, Opened,
     Peek, Publish, QueueExists, ReceiptsSent, ReleaseExclusive, ResolveSecurity, SetTimer, Settled, Sleep,
     UpdateSecret, WaitWritable,
 )
@@ -33,6 +34,7 @@ from stomp_bridge.logs import log_frame
 from stomp_bridge.metrics import Counters
 from stomp_bridge.protocol.errors import AccessRefused, BrokerError, StompError
 from stomp_bridge.protocol.frames import Frame
+from stomp_bridge.session.login_turn import login_turn
 
 if TYPE_CHECKING:
     from stomp_bridge.session.throttle import LoginThrottle
@@ -48,7 +50,7 @@ class Session:
 
     __slots__ = (
         "core", "amqp", "pool", "counters", "_open_timeout", "_close_transport", "_flush_writes", "_wait_writable",
-        "_security", "_peer_cert", "_throttle", "_tasks", "_timer", "_tracer",
+        "_security", "_peer_cert", "_throttle", "_tasks", "_timers", "_tracer",
     )
 
     def __init__(
@@ -86,7 +88,7 @@ class Session:
         self._peer_cert = peer_cert
         self._throttle = throttle  # failed logins per (client address, user): password guessing
         self._tasks: set[asyncio.Task[None]] = set()  # the core's own jobs, cancelled by close()
-        self._timer: asyncio.TimerHandle | None = None  # the core's one timer (a token's expiry)
+        self._timers: dict[str, asyncio.TimerHandle] = {}  # the core's timers by name (a token's expiry …)
         # OpenTelemetry spans (the tracing setting): the core tells the tracer what happens
         self._tracer = None if tracing is None else tracing.connection(self.core.peer_name)
         self.core.observer = self._tracer
@@ -208,14 +210,25 @@ class Session:
         """After RabbitMQ's events: send the acks they made and start the jobs of the core's own
         (a window, a resubscribe)."""
         core = self.core
-        if core.to_amqp and self._to_amqp() and self.amqp is not None:
-            self.amqp.flush_nowait()
+        if core.to_amqp:
+            if self._to_amqp():
+                if self.amqp is not None:
+                    self.amqp.flush_nowait()
+            else:  # a publish (a stream offset stored) waits for the publishing channel
+                self._start(self._publish_later())
         if core.jobs:
             jobs, core.jobs = core.jobs, []
             for job in jobs:
-                task = asyncio.ensure_future(self._background(job))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+                self._start(self._background(job))
+
+    def _start(self, work: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _publish_later(self) -> None:
+        await self._to_amqp_opening()
+        await self.flush()
 
     async def _background(self, job: Job) -> None:
         try:
@@ -224,8 +237,9 @@ class Session:
             job.cancel()
 
     def _timer_fired(self, name: str) -> None:
-        self._timer = None
+        self._timers.pop(name, None)
         self.core.timer_fired(name)
+        self._after_event()
 
     # -- the end -----------------------------------------------------------------------------
 
@@ -236,8 +250,9 @@ class Session:
             self._tracer.close()
         for task in list(self._tasks):
             task.cancel()
-        if self._timer is not None:
-            self._timer.cancel()
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
         await self._close_amqp()
 
     async def _close_amqp(self) -> None:
@@ -259,35 +274,21 @@ class Session:
     # -- the plans ---------------------------------------------------------------------------
 
     async def _open_amqp(self, plan: OpenAmqp) -> Opened:
-        """The AMQP session for the login, through the login throttle: a refusal counts as a
-        failed login, no answer (or a cancel) as none."""
+        """The AMQP session for the login, in the login's turn with the throttle (login_turn.py:
+        it may wait, or refuse at once)."""
         user, passcode, vhost, cert_login = plan.user, plan.passcode, plan.vhost, plan.cert_login
-        throttle, peer = self._throttle, self.core.peer
-        if throttle is not None and (wait := throttle.retry_after(peer, user)) > 0:
-            self.counters.logins_throttled += 1
-            raise login.throttled(throttle, peer, user, wait)
-        if throttle is not None:
-            throttle.begin(peer, user)
         try:
-            try:
-                amqp = await self._open_channel(user, passcode, vhost, cert_login)
-            except AccessRefused as exc:
-                if plan.fallback_vhost is None or not login.vhost_refused(exc):
-                    raise
-                vhost = plan.fallback_vhost  # opt-in: an unknown host goes to the default vhost
-                amqp = await self._open_channel(user, passcode, vhost, cert_login)
-        except AccessRefused:
-            if throttle is not None:
-                throttle.failed(peer, user)
+            async with login_turn(self._throttle, self.core.peer, user, passcode, self.counters):
+                try:
+                    amqp = await self._open_channel(user, passcode, vhost, cert_login)
+                except AccessRefused as exc:
+                    if plan.fallback_vhost is None or not login.vhost_refused(exc):
+                        raise
+                    vhost = plan.fallback_vhost  # opt-in: an unknown host goes to the default vhost
+                    amqp = await self._open_channel(user, passcode, vhost, cert_login)
+        except BrokerError:
+            self.counters.amqp_connection_failures += 1
             raise
-        except BaseException as exc:  # RabbitMQ did not answer (or we were cancelled): no verdict
-            if throttle is not None:
-                throttle.abandon(peer, user)
-            if isinstance(exc, BrokerError):
-                self.counters.amqp_connection_failures += 1
-            raise
-        if throttle is not None:
-            throttle.succeeded(peer, user)
         self.amqp = amqp
         self._listen(amqp)
         return Opened(vhost, amqp.broker_version_text, amqp.dialect)
@@ -310,11 +311,11 @@ class Session:
         return await self._security.resolve(self._peer_cert, plan.headers, plan.version)
 
     async def _set_timer(self, plan: SetTimer) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        timer = self._timers.pop(plan.name, None)
+        if timer is not None:
+            timer.cancel()
         if plan.delay is not None:
-            self._timer = asyncio.get_running_loop().call_later(plan.delay, self._timer_fired, plan.name)
+            self._timers[plan.name] = asyncio.get_running_loop().call_later(plan.delay, self._timer_fired, plan.name)
 
     async def _settled(self, plan: Settled) -> bool:
         await self.channel().flush()  # the publish must reach RabbitMQ to be confirmed
@@ -357,6 +358,7 @@ async def _declare(session: Session, plan: Declare) -> str:
 async def _consume(session: Session, plan: Consume) -> None:
     await session.channel().consume(
         plan.queue, plan.consumer_tag, no_ack=plan.no_ack, prefetch=plan.prefetch, arguments=plan.arguments,
+        stream_auto=plan.stream_auto,
     )
 
 
@@ -379,6 +381,7 @@ async def _receipts(session: Session, plan: ReceiptsSent) -> None:
 RUNNERS: dict[type, Callable[[Session, Any], Awaitable[Any]]] = {
     Declare: _declare,
     Bind: _channel("bind"),
+    DeclareExchange: _channel("declare_exchange"),
     Consume: _consume,
     Cancel: _channel("cancel"),
     DeleteQueue: _channel("delete_queue"),

@@ -155,9 +155,12 @@ class LoginSettings(Section):
     may log in from where and how often.
     """
 
-    # The plugin's defaults: guest/guest is used when CONNECT has no login.
-    default_user: str | None = Field("guest", description="Login when CONNECT has none (unset: refuse).")
-    default_pass: str | None = Field("guest", description="Passcode that goes with default_user.")
+    # The plugin's defaults, each used where CONNECT lacks its header (rabbit_stomp_processor:creds/3).
+    default_user: str | None = Field(
+        "guest", description="Login when CONNECT has no login header (unset: refuse); a passcode that "
+        "came with it (an OAuth 2 token) is kept, as the plugin keeps it.",
+    )
+    default_pass: str | None = Field("guest", description="Passcode when CONNECT has no passcode header.")
     default_vhost: str = Field("/", description="Vhost when CONNECT has no host header.")
     implicit_connect: bool = Field(
         False, description="A first frame other than CONNECT logs in as the default user (no CONNECTED)."
@@ -182,9 +185,12 @@ class LoginSettings(Section):
         10,
         ge=0,
         description="After this many failed logins of one user from one client address within a "
-        "minute, that user's logins from that address are refused at once, without asking "
-        "RabbitMQ, until the minute is over (stomp_bridge_logins_throttled_total); other users "
-        "and addresses are not affected. 0: no limit.",
+        "minute, RabbitMQ checks that user's logins from that address one at a time, 6 s apart "
+        "(60 s / this), then twice as far apart after each further failure, up to a minute; a "
+        "login whose turn is more than 10 s away is refused at once (stomp_bridge_logins_delayed_total, "
+        "stomp_bridge_logins_throttled_total). A password RabbitMQ accepted for that user in the last 24 hours "
+        "takes no turn, so guessing cannot lock the rightful user out; other users and addresses "
+        "are not affected. 0: no limit.",
     )
 
 

@@ -439,16 +439,20 @@ class Connection:
             self._schedule_check(self.settings.idle_timeout, heartbeat=False)
 
     def _schedule_send(self, interval: float) -> None:
-        def beat() -> None:
+        """The plugin's pace (rabbit_heartbeat:start_heartbeat_sender/4): a tick every half
+        interval, and an EOL at a tick when nothing went out since the previous one (always at
+        the first). Half, so that a frame sent just after a tick cannot stretch the silence to
+        nearly twice the interval: a client that checks strictly keeps the connection."""
+
+        def beat(since: float | None) -> None:
             if self.core.closed:
                 return
-            idle = self.loop.time() - self.last_write
-            if idle >= interval * 0.9:
+            if since is None or self.last_write <= since:
                 self.core.emit(b"\n")
-                idle = 0.0
-            self._timers["send"] = self.loop.call_later(interval - idle, beat)
+                self._flush_out()  # at once: last_write is then this beat's, not a frame's
+            self._timers["send"] = self.loop.call_later(interval / 2, beat, self.last_write)
 
-        self._timers["send"] = self.loop.call_later(interval, beat)
+        self._timers["send"] = self.loop.call_later(interval / 2, beat, None)
 
     def _schedule_check(self, limit: float, *, heartbeat: bool) -> None:
         def check() -> None:

@@ -130,7 +130,7 @@ def test_a_jwt_passcode_sets_the_token_timer_at_its_expiry():
     assert timer.name == "token" and timer.delay == pytest.approx(60, abs=1)
     h.core.timer_fired("token")
     [error] = h.frames()
-    assert error.headers["message"] == "Token expired" and h.core.state is CLOSED
+    assert error.headers["message"] == "Credential expired" and h.core.state is CLOSED
 
 
 # -- SEND and RECEIPT -----------------------------------------------------------------------
