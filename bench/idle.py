@@ -30,6 +30,7 @@ import statistics
 import time
 
 from testkit.management import Management
+from testkit.stats import percentile
 
 from .procstat import cpu_seconds, memory_kb, reset_peak
 from .scenarios import BenchError, unique
@@ -142,12 +143,12 @@ def safe_connections(rabbit: Management, wanted: int, per_amqp: int, unsafe: boo
                  f"({per_amqp} per AMQP connection) would exhaust them; capped to {fit}")
 
 
-def percentiles(values: list[float], points=(50, 90, 99, 99.9)) -> dict[str, float]:
+def lateness_summary(values: list[float], points=(50, 90, 99, 99.9)) -> dict[str, float]:
+    """Heart-beat lateness, seconds: p50 … p99.9 (testkit.stats) and the maximum; {} for none."""
     if not values:
         return {}
-    ordered = sorted(values)
-    out = {f"p{p:g}": ordered[min(len(ordered) - 1, int(len(ordered) * p / 100))] for p in points}
-    out["max"] = ordered[-1]
+    out = {f"p{p:g}": percentile(values, p) for p in points}
+    out["max"] = max(values)
     return out
 
 
@@ -217,7 +218,7 @@ async def run_idle(port: int, pid: int | None, rabbit: Management, connections: 
     # collections while its heap grows (each over all objects, seconds at
     # 10,000 connections on a shared machine) delay heart-beats then.
     settle = max(cx, cy) / 1000 * 2 if settle is None else settle
-    ramp_late = percentiles([gap - cy / 1000 for conn in held for gap in conn.gaps])
+    ramp_late = lateness_summary([gap - cy / 1000 for conn in held for gap in conn.gaps])
     await asyncio.sleep(settle)
     for conn in held:
         conn.gaps.clear()
@@ -258,7 +259,7 @@ async def run_idle(port: int, pid: int | None, rabbit: Management, connections: 
     broker_ok = await asyncio.to_thread(rabbit.file_descriptors) is not None
     if not broker_ok:
         print("  WARNING: RabbitMQ's management API stopped answering after the idle run; check the broker")
-    late = percentiles(lateness)
+    late = lateness_summary(lateness)
     return {
         "connections_requested": requested,
         "capped": capped,

@@ -15,6 +15,8 @@ TICK = os.sysconf("SC_CLK_TCK")
 def start_bridge(port: int, settings: dict[str, str] | None = None) -> subprocess.Popen:
     """``settings``: extra STOMP_BRIDGE_<NAME> environment for the bridge."""
     env = dict(os.environ)
+    # No WebSocket listener unless asked: web-stomp's 15674 may be taken (another bridge, a broker).
+    env["STOMP_BRIDGE_WS_PORT"] = "none"
     for name, value in (settings or {}).items():
         env[f"STOMP_BRIDGE_{name.upper()}"] = value
     proc = subprocess.Popen(

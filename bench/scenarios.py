@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Callable
 
 from testkit.management import Management
+from testkit.stats import percentile
 from testkit.stomp import Frame, StompClient, serialize
 
 READ_TIMEOUT = 30.0  # no frame at all for this long: the scenario is stuck
@@ -59,13 +60,15 @@ def seq_body(i: int, size: int) -> bytes:
 
 
 async def publish(
-    port: int, dest: str, count: int, window: int, persistent: bool, size: int, receipt_every: int = 1
+    port: int, dest: str, count: int, window: int, persistent: bool, size: int, receipt_every: int = 1,
+    extra: dict[str, str] | None = None,
 ) -> dict[str, int]:
     """Send ``count`` messages with a receipt on every ``receipt_every``-th (and the last);
     at most ``window`` receipts outstanding. Receipts should come back in frame order:
-    a receipt whose id is below one already seen counts as out of order."""
+    a receipt whose id is below one already seen counts as out of order. ``extra``: more
+    headers on every SEND (bench.tracing's traceparent)."""
     client = await connect(port)
-    headers = {"destination": dest}
+    headers = {"destination": dest, **(extra or {})}
     if persistent:
         headers["persistent"] = "true"
     outstanding: set[int] = set()
@@ -109,7 +112,8 @@ async def declare_queue(port: int, dest: str) -> None:
 
 
 async def scenario_send(port: int, rabbit: Management, messages: int, persistent: bool, mark: Mark = _no_mark,
-                        size: int = 256, conns: int = 4, window: int = 100) -> dict:
+                        size: int = 256, conns: int = 4, window: int = 100,
+                        extra: dict[str, str] | None = None) -> dict:
     queue = unique()
     dest = f"/queue/{queue}"
     try:
@@ -117,7 +121,8 @@ async def scenario_send(port: int, rabbit: Management, messages: int, persistent
         per = messages // conns
         mark()
         start = time.perf_counter()
-        stats = await asyncio.gather(*(publish(port, dest, per, window, persistent, size) for _ in range(conns)))
+        stats = await asyncio.gather(*(publish(port, dest, per, window, persistent, size, extra=extra)
+                                       for _ in range(conns)))
         elapsed = time.perf_counter() - start
     finally:
         await asyncio.to_thread(delete_queue, rabbit, queue)
@@ -128,7 +133,8 @@ async def scenario_send(port: int, rabbit: Management, messages: int, persistent
             "receipts_out_of_order": sum(s["receipts_out_of_order"] for s in stats)}
 
 
-async def scenario_consume(port: int, rabbit: Management, messages: int, mark: Mark = _no_mark) -> dict:
+async def scenario_consume(port: int, rabbit: Management, messages: int, mark: Mark = _no_mark,
+                           extra: dict[str, str] | None = None) -> dict:
     queue = unique()
     dest = f"/queue/{queue}"
     received = 0
@@ -160,7 +166,7 @@ async def scenario_consume(port: int, rabbit: Management, messages: int, mark: M
             await client.close()
 
     try:
-        await publish(port, dest, messages, 500, False, 256)
+        await publish(port, dest, messages, 500, False, 256, extra=extra)
         mark()
         start = time.perf_counter()
         await asyncio.gather(consumer(), consumer())
@@ -214,13 +220,6 @@ async def scenario_fanout(port: int, rabbit: Management, messages: int, subscrib
         await rabbit.cleanup_topic(key)
     return {"value": messages * subscribers / elapsed, "elapsed_s": elapsed, "messages": messages * subscribers,
             "receipts_out_of_order": stats["receipts_out_of_order"]}
-
-
-def percentile(sorted_values: list[float], p: float) -> float:
-    k = (len(sorted_values) - 1) * p / 100
-    lo = int(k)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (k - lo)
 
 
 async def scenario_pingpong(port: int, rabbit: Management, rounds: int, warmup: int = 100,

@@ -25,7 +25,7 @@ from testkit.management import Management
 from testkit.stomp import Closed, StompClient
 
 from .fuzz_parser import mutate
-from .probe import Probe, percentiles
+from .probe import Probe, summary
 
 COMMANDS = ["SEND"] * 6 + ["SUBSCRIBE"] * 4 + ["UNSUBSCRIBE", "ACK", "ACK", "NACK", "BEGIN", "COMMIT", "ABORT",
                                                 "DISCONNECT", "CONNECT", "STOMP", "BOGUS", "send"]
@@ -200,5 +200,5 @@ async def run(amqp_url: str, mgmt: Management, sessions: int, seed: int = 1, par
         bridge.stop()
         await asyncio.to_thread(mgmt.delete_vhost, vhost)
     tally["seconds"] = round(time.monotonic() - started, 1)
-    tally["probe"] = percentiles(probe.samples)
+    tally["probe"] = summary(probe.samples)
     return tally

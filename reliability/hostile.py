@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from testkit.bridgeproc import BridgeProcess
 from testkit.stomp import StompClient
 
-from .probe import Probe, percentiles
+from .probe import Probe, summary
 
 # Settings of the bridge under attack: a short connect timeout keeps slowloris short.
 BRIDGE_SETTINGS = {"connect_timeout": 3}
@@ -283,7 +283,7 @@ async def run(amqp_url: str, vhost: str, window: float, subscriptions: int, base
     tried = 0
     try:
         await asyncio.sleep(baseline)
-        rows.append({"attack": "baseline (no attack)", "connections": 0, **percentiles(probe.window())})
+        rows.append({"attack": "baseline (no attack)", "connections": 0, **summary(probe.window())})
         for name, attack in ATTACKS.items():
             await asyncio.to_thread(_settled, bridge, 60.0)  # the last attack's backlog is gone
             await asyncio.sleep(1.0)
@@ -293,7 +293,7 @@ async def run(amqp_url: str, vhost: str, window: float, subscriptions: int, base
             probe.check()
             tried += n
             rows.append({"attack": name, "connections": n, "seconds": round(time.monotonic() - started, 1),
-                         **percentiles(probe.window())})
+                         **summary(probe.window())})
         stats = await asyncio.to_thread(_settled, bridge)
         if stats["log_errors"]:
             raise AssertionError(f"bridge logged unexpected errors: {stats}")

@@ -8,20 +8,19 @@ the latencies are reported, never asserted (the machine is shared).
 from __future__ import annotations
 
 import asyncio
-import statistics
 import time
 import uuid
 
+from testkit.stats import percentile
 from testkit.stomp import StompClient
 
 
-def percentiles(samples: list[float]) -> dict[str, float]:
+def summary(samples: list[float]) -> dict[str, float]:
+    """The round trips' count, p50 and p99 in ms (testkit.stats); NaN for none."""
     if not samples:
         return {"n": 0, "p50_ms": float("nan"), "p99_ms": float("nan")}
-    ordered = sorted(samples)
-    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-    return {"n": len(ordered), "p50_ms": round(statistics.median(ordered) * 1000, 2),
-            "p99_ms": round(p99 * 1000, 2)}
+    return {"n": len(samples), "p50_ms": round(percentile(samples, 50) * 1000, 2),
+            "p99_ms": round(percentile(samples, 99) * 1000, 2)}
 
 
 class Probe:

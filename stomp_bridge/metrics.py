@@ -19,7 +19,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -34,7 +34,7 @@ OTHER = "other"
 # the source and fails on a new one missing here)...
 BRIDGE_ERRORS = frozenset({
     "Bad CONNECT", "Bad command", "Bad transaction", "Broker connection lost", "Broker unavailable",
-    "Browsing needs a queue", "Connect timeout", "Duplicated subscription identifier",
+    "Browsing needs a queue", "Connect timeout", "Credential expired", "Duplicated subscription identifier",
     "Frame too large", "Header too long", "Heart-beat timeout", "Idle timeout", "Illegal command",
     "Invalid PROXY protocol header", "Invalid WebSocket frame", "Invalid command",
     "Invalid content-length", "Invalid destination", "Invalid escape sequence", "Invalid frame",
@@ -43,7 +43,7 @@ BRIDGE_ERRORS = frozenset({
     "Missing destination or id", "Missing frame terminator", "Missing header",
     "Missing transaction", "No subscription found", "Not connected", "Processing error",
     "Selector not supported on shared queues", "Server cancelled subscription", "Server shutdown",
-    "Subscription not found", "Token expired", "Token refused", "Too many headers", "Too many subscriptions",
+    "Subscription not found", "Token refused", "Too many headers", "Too many subscriptions",
     "Transaction limit exceeded",
     "Transaction too large", "Unknown destination", "Unroutable message", "Unsupported browser-end",
     "Unsupported content type", "Untrusted PROXY protocol peer", "Version mismatch",
@@ -126,6 +126,7 @@ class Counters:
         self.heartbeat_timeouts = 0
         self.auth_failures = 0
         self.logins_throttled = 0  # refused at once: too many failed logins (login_failures_per_minute)
+        self.logins_delayed = 0  # held for their turn with RabbitMQ: their user is being guessed at
         # by limit: total, per_ip, origin, http_auth, proxy_protocol (bad header), untrusted_proxy
         self.connections_refused: defaultdict[str, int] = defaultdict(int)
         self.tls_handshake_failures: defaultdict[str, int] = defaultdict(int)  # by reason
@@ -135,133 +136,137 @@ class Counters:
         self.confirm_latency = Histogram(CONFIRM_BUCKETS)
 
 
+class Spec(NamedTuple):
+    """One metric family: what /metrics serves, and its row in docs/operations.md (``reference``)."""
+
+    name: str  # as registered; a counter is exposed with ``_total``
+    kind: str  # "gauge", "counter" or "histogram"
+    help: str
+    source: str  # the Counters attribute, or "live:<key>" for a value read from the sessions at scrape time
+    label: str = ""  # its one label, if any
+    when: str = ""  # served only then (the docs say so)
+
+
+# Every metric family of one bridge process, in the order /metrics serves them.
+METRICS: tuple[Spec, ...] = (
+    Spec("stomp_bridge_connections", "gauge", "Open STOMP connections.", "live:connections"),
+    Spec("stomp_bridge_receipts_pending", "gauge",
+         "RECEIPT frames waiting for RabbitMQ to confirm earlier publishes.", "live:receipts_pending"),
+    Spec("stomp_bridge_login_checks", "counter",
+         "Logins RabbitMQ checked on a connection of their own before they joined a shared AMQP "
+         "connection (amqp_login_cache_seconds skips it).", "live:login_checks"),
+    Spec("stomp_bridge_amqp_connections", "gauge",
+         "AMQP connections to RabbitMQ, each shared by up to amqp_channels_per_connection sessions.",
+         "live:amqp_connections"),
+    Spec("stomp_bridge_connections_opened", "counter", "STOMP connections accepted.", "connections_opened"),
+    Spec("stomp_bridge_connections_closed", "counter",
+         "STOMP connections closed, by reason: 'client closed' or the closing ERROR's message.",
+         "connections_closed", label="reason"),
+    Spec("stomp_bridge_connections_refused", "counter",
+         "STOMP connections refused, by limit: total, per_ip, origin, http_auth, proxy_protocol (a bad or "
+         "missing PROXY header), untrusted_proxy (a peer outside proxy_protocol_trusted).",
+         "connections_refused", label="limit"),
+    Spec("stomp_bridge_websocket_upgrades", "counter",
+         "WebSocket handshakes accepted (each then counts as a STOMP connection).", "websocket_upgrades"),
+    Spec("stomp_bridge_reads_held", "counter",
+         "Times the bridge stopped reading a client that had not taken write_buffer_high bytes sent "
+         "to it, until it took them.", "reads_held"),
+    Spec("stomp_bridge_connections_aborted", "counter",
+         "Closing connections that had not taken what was queued for them within close_timeout, "
+         "aborted (reset).", "connections_aborted"),
+    Spec("stomp_bridge_frames_received", "counter", "Frames from clients, by command (unknown commands: other).",
+         "frames_in", label="command"),
+    Spec("stomp_bridge_frames_sent", "counter", "Frames to clients, by command.", "frames_out", label="command"),
+    Spec("stomp_bridge_received_bytes", "counter", "Bytes read from STOMP clients.", "bytes_in"),
+    Spec("stomp_bridge_sent_bytes", "counter", "Bytes written to STOMP clients.", "bytes_out"),
+    Spec("stomp_bridge_messages_published", "counter", "Messages published to RabbitMQ.", "messages_published"),
+    Spec("stomp_bridge_messages_delivered", "counter", "Messages delivered to STOMP clients.",
+         "messages_delivered"),
+    Spec("stomp_bridge_messages_returned", "counter",
+         "Mandatory publishes RabbitMQ returned because no queue took them (each an ERROR "
+         "'Unroutable message' and no RECEIPT).", "messages_returned"),
+    Spec("stomp_bridge_resubscriptions", "counter",
+         "Subscriptions RabbitMQ cancelled that the bridge subscribed again (resubscribe_on_cancel).",
+         "resubscriptions"),
+    Spec("stomp_bridge_token_updates", "counter",
+         "New OAuth 2 tokens clients sent to /bridge/token that RabbitMQ accepted (connection.update-secret).",
+         "token_updates"),
+    Spec("stomp_bridge_errors", "counter", "ERROR frames sent, by their message (unknown ones: other).", "errors",
+         label="reason"),
+    Spec("stomp_bridge_amqp_connection_failures", "counter",
+         "AMQP connections to RabbitMQ that could not be opened or were lost.", "amqp_connection_failures"),
+    Spec("stomp_bridge_heartbeat_timeouts", "counter", "Clients dropped for missing heart-beats.",
+         "heartbeat_timeouts"),
+    Spec("stomp_bridge_auth_failures", "counter", "CONNECTs refused by authentication.", "auth_failures"),
+    Spec("stomp_bridge_logins_throttled", "counter",
+         "CONNECTs refused without asking RabbitMQ: too many failed logins of that user from that "
+         "address, and its next turn more than 10 s away (login_failures_per_minute).", "logins_throttled"),
+    Spec("stomp_bridge_logins_delayed", "counter",
+         "CONNECTs held for their turn before RabbitMQ checked them: too many failed logins of that "
+         "user from that address, and a password RabbitMQ has not accepted for it in the last "
+         "24 hours (login_failures_per_minute).", "logins_delayed"),
+    Spec("stomp_bridge_tls_handshake_failures", "counter",
+         "Failed TLS handshakes on the TLS and wss listeners, by reason (version, no_certificate, "
+         "certificate, closed, protocol: not TLS, e.g. plain STOMP on the TLS port), each also logged at "
+         "INFO as 'TLS handshake failed'; timeouts are not counted here.",
+         "tls_handshake_failures", label="reason"),
+    Spec("stomp_bridge_publish_confirm_seconds", "histogram", "Time from publish to RabbitMQ's confirm.",
+         "confirm_latency"),
+)
+# What the supervisor adds to the workers' sum (``processes.Supervisor.metrics``).
+SUPERVISOR_METRICS: tuple[Spec, ...] = (
+    Spec("stomp_bridge_workers", "gauge", "Worker processes answering /metrics.", "", when="workers > 1"),
+    Spec("stomp_bridge_worker_restarts", "counter", "Worker processes started again after they died.", "",
+         when="workers > 1"),
+)
+
+
+def family(spec: Spec, value: Any) -> Any:
+    """The metric family of ``spec`` with ``value``: a number, a dict by label value, or a Histogram."""
+    if spec.kind == "histogram":
+        hist = HistogramMetricFamily(spec.name, spec.help)
+        hist.add_metric([], value.buckets(), value.sum)
+        return hist
+    if spec.label:
+        labelled = CounterMetricFamily(spec.name, spec.help, labels=[spec.label])
+        for key, count in sorted(value.items()):
+            labelled.add_metric([key], count)
+        return labelled
+    kind = GaugeMetricFamily if spec.kind == "gauge" else CounterMetricFamily
+    return kind(spec.name, spec.help, value=value)
+
+
 class BridgeCollector(Collector):
     def __init__(self, counters: Counters, live: Callable[[], dict[str, float]]) -> None:
         self.counters = counters
         self.live = live
 
     def collect(self) -> Iterable[Any]:
-        c = self.counters
-        live = self.live()
-        yield _gauge("stomp_bridge_connections", "Open STOMP connections.", live["connections"])
-        yield _gauge(
-            "stomp_bridge_receipts_pending",
-            "RECEIPT frames waiting for RabbitMQ to confirm earlier publishes.",
-            live["receipts_pending"],
-        )
-        if "login_checks" in live:
-            yield _counter(
-                "stomp_bridge_login_checks",
-                "Logins RabbitMQ checked on a connection of their own before they joined a shared AMQP "
-                "connection (amqp_login_cache_seconds skips it).",
-                live["login_checks"],
-            )
-        if "amqp_connections" in live:
-            yield _gauge(
-                "stomp_bridge_amqp_connections",
-                "AMQP connections to RabbitMQ, each shared by up to amqp_channels_per_connection sessions.",
-                live["amqp_connections"],
-            )
-        yield _counter("stomp_bridge_connections_opened", "STOMP connections accepted.", c.connections_opened)
-        yield _labelled(
-            "stomp_bridge_connections_closed", "STOMP connections closed, by reason.", "reason",
-            c.connections_closed,
-        )
-        yield _labelled(
-            "stomp_bridge_connections_refused",
-            "STOMP connections refused by a limit, a bad PROXY header or an untrusted proxy.", "limit",
-            c.connections_refused,
-        )
-        yield _counter(
-            "stomp_bridge_websocket_upgrades",
-            "WebSocket handshakes accepted (each then counts as a STOMP connection).",
-            c.websocket_upgrades,
-        )
-        yield _counter(
-            "stomp_bridge_reads_held",
-            "Times the bridge stopped reading a client that had not taken write_buffer_high bytes sent "
-            "to it, until it took them.",
-            c.reads_held,
-        )
-        yield _counter(
-            "stomp_bridge_connections_aborted",
-            "Closing connections that had not taken what was queued for them within close_timeout, "
-            "aborted (reset).",
-            c.connections_aborted,
-        )
-        yield _labelled(
-            "stomp_bridge_frames_received", "Frames from clients, by command (unknown commands: other).",
-            "command", c.frames_in,
-        )
-        yield _labelled("stomp_bridge_frames_sent", "Frames to clients, by command.", "command", c.frames_out)
-        yield _counter("stomp_bridge_received_bytes", "Bytes read from STOMP clients.", c.bytes_in)
-        yield _counter("stomp_bridge_sent_bytes", "Bytes written to STOMP clients.", c.bytes_out)
-        yield _counter("stomp_bridge_messages_published", "Messages published to RabbitMQ.", c.messages_published)
-        yield _counter(
-            "stomp_bridge_messages_delivered", "Messages delivered to STOMP clients.", c.messages_delivered
-        )
-        yield _counter(
-            "stomp_bridge_messages_returned",
-            "Mandatory publishes RabbitMQ returned because no queue took them (each an ERROR "
-            "'Unroutable message' and no RECEIPT).",
-            c.messages_returned,
-        )
-        yield _counter(
-            "stomp_bridge_resubscriptions",
-            "Subscriptions RabbitMQ cancelled that the bridge subscribed again (resubscribe_on_cancel).",
-            c.resubscriptions,
-        )
-        yield _counter(
-            "stomp_bridge_token_updates",
-            "New OAuth 2 tokens clients sent to /bridge/token that RabbitMQ accepted "
-            "(connection.update-secret).",
-            c.token_updates,
-        )
-        yield _labelled(
-            "stomp_bridge_errors", "ERROR frames sent, by their message (unknown ones: other).", "reason",
-            c.errors,
-        )
-        yield _counter(
-            "stomp_bridge_amqp_connection_failures",
-            "AMQP connections to RabbitMQ that could not be opened or were lost.",
-            c.amqp_connection_failures,
-        )
-        yield _counter(
-            "stomp_bridge_heartbeat_timeouts", "Clients dropped for missing heart-beats.", c.heartbeat_timeouts
-        )
-        yield _counter("stomp_bridge_auth_failures", "CONNECTs refused by authentication.", c.auth_failures)
-        yield _counter(
-            "stomp_bridge_logins_throttled",
-            "CONNECTs refused without asking RabbitMQ: too many failed logins of that user from that "
-            "address (login_failures_per_minute).",
-            c.logins_throttled,
-        )
-        yield _labelled(
-            "stomp_bridge_tls_handshake_failures",
-            "Failed TLS handshakes on the TLS and wss listeners, by reason (version, no_certificate, "
-            "certificate, closed, protocol); timeouts are not counted here.",
-            "reason", c.tls_handshake_failures,
-        )
-        hist = HistogramMetricFamily(
-            "stomp_bridge_publish_confirm_seconds", "Time from publish to RabbitMQ's confirm."
-        )
-        hist.add_metric([], c.confirm_latency.buckets(), c.confirm_latency.sum)
-        yield hist
+        counters, live = self.counters, self.live()
+        for spec in METRICS:
+            if spec.source.startswith("live:"):
+                key = spec.source[5:]
+                if key in live:
+                    yield family(spec, live[key])
+            else:
+                yield family(spec, getattr(counters, spec.source))
 
 
-def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
-    return GaugeMetricFamily(name, doc, value=value)
-
-
-def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
-    return CounterMetricFamily(name, doc, value=value)
-
-
-def _labelled(name: str, doc: str, label: str, values: dict[str, int]) -> CounterMetricFamily:
-    family = CounterMetricFamily(name, doc, labels=[label])
-    for key, value in sorted(values.items()):
-        family.add_metric([key], value)
-    return family
+def reference() -> str:
+    """docs/operations.md's table of every metric, from :data:`METRICS` (scripts/docs-tables.py
+    writes it; tests/unit/test_docs_tables.py fails when the page's copy differs)."""
+    rows = ["| metric | type | label | what it counts |", "|---|---|---|---|"]
+    for spec in METRICS + SUPERVISOR_METRICS:
+        if spec.kind == "counter":
+            name = f"`{spec.name}_total`"
+        elif spec.kind == "histogram":
+            name = f"`{spec.name}` (`_bucket`, `_sum`, `_count`)"
+        else:
+            name = f"`{spec.name}`"
+        label = f"`{spec.label}`" if spec.label else ""
+        what = spec.help + (f" Only with {spec.when}." if spec.when else "")
+        rows.append(f"| {name} | {spec.kind} | {label} | {what} |")
+    return "\n".join(rows) + "\n"
 
 
 class Metrics:

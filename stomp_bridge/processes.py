@@ -31,15 +31,16 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from stomp_bridge.http import OpsServer
 from stomp_bridge.logs import configure
+from stomp_bridge.metrics import SUPERVISOR_METRICS, family
 from stomp_bridge.settings import Settings
 from stomp_bridge.transport.server import BridgeServer
 
+WORKERS, WORKER_RESTARTS = SUPERVISOR_METRICS
 log = logging.getLogger("stomp_bridge")
 
 WORKER_START_TIMEOUT = 60.0  # seconds a spawned worker may take to import and listen
@@ -259,9 +260,8 @@ class Supervisor:
         registry = CollectorRegistry()
         registry.register(_Families([
             *families,
-            GaugeMetricFamily("stomp_bridge_workers", "Worker processes answering /metrics.", value=up),
-            CounterMetricFamily("stomp_bridge_worker_restarts", "Worker processes started again after they "
-                                "died.", value=self.restarts),
+            family(WORKERS, up),
+            family(WORKER_RESTARTS, self.restarts),
         ]))
         return generate_latest(registry)
 

@@ -60,8 +60,11 @@ class BackgroundBridge:
     bridge themselves, or run code on its loop (:meth:`call`).
     """
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, tracer_provider: Any = None) -> None:
         self.settings = settings
+        # tracing=true: spans go to this OpenTelemetry TracerProvider (an in-memory exporter's,
+        # in a test) instead of the OTLP exporter the settings would build
+        self._tracer_provider = tracer_provider
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: BridgeServer | None = None
         self._started = threading.Event()
@@ -72,8 +75,8 @@ class BackgroundBridge:
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         self._loop = loop
-        self._server = BridgeServer(self.settings)
-        try:
+        try:  # BridgeServer refuses tracing=true without OpenTelemetry, start() a port in use …
+            self._server = BridgeServer(self.settings, tracer_provider=self._tracer_provider)
             loop.run_until_complete(self._server.start())
         except BaseException as exc:  # noqa: BLE001 - handed to the caller by start()
             self._failure = exc

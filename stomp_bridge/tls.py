@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from cryptography import x509
 
+    from stomp_bridge.settings.sections import TlsSettings
+
 log = logging.getLogger(__name__)
 
 TLS_VERSIONS = {"1.2": ssl.TLSVersion.TLSv1_2, "1.3": ssl.TLSVersion.TLSv1_3}
@@ -174,14 +176,15 @@ class ServerTLSConfig:
     fail_if_no_peer_cert: bool = False
 
     @classmethod
-    def from_settings(cls, settings) -> ServerTLSConfig:  # noqa: ANN001 - Settings, avoids an import cycle
+    def from_settings(cls, tls: TlsSettings) -> ServerTLSConfig:
+        """From the settings' TLS section (``settings.tls``; rules.py made sure the files are set)."""
         return cls(
-            settings.tls_cert_file,
-            settings.tls_key_file,
-            settings.tls_ca_file,
-            min_version=settings.tls_min_version,
-            verify_peer=settings.tls_verify_peer,
-            fail_if_no_peer_cert=settings.tls_fail_if_no_peer_cert,
+            tls.tls_cert_file,
+            tls.tls_key_file,
+            tls.tls_ca_file,
+            min_version=tls.tls_min_version,
+            verify_peer=tls.tls_verify_peer,
+            fail_if_no_peer_cert=tls.tls_fail_if_no_peer_cert,
         )
 
     @property

@@ -15,6 +15,7 @@
   faults, alarms, the events to wait on), a resending publisher and a resubscribing consumer.
 - :mod:`testkit.scenarios`: the cluster's fault scenarios, run short by ``tests/cluster`` and
   long by ``python -m reliability --only cluster``.
+- :mod:`testkit.stats`: the percentile every printed p50/p90/p99 uses (bench, reliability, scenarios).
 - :mod:`testkit.load`: load while failing, through bridge processes, in rounds, with each
   bridge's resources checked after every round (and its RSS bounded).
 

@@ -12,12 +12,13 @@ from stomp_bridge.testing import BackgroundBridge
 
 
 class BridgeThread(BackgroundBridge):
-    def __init__(self, amqp_url: str, host: str = "127.0.0.1", **settings: object) -> None:
+    def __init__(self, amqp_url: str, host: str = "127.0.0.1", tracer_provider: object = None,
+                 **settings: object) -> None:
         settings.setdefault("http_port", None)  # tests that want the endpoint ask for port 0
         settings.setdefault("ws_port", None)  # likewise the WebSocket listener
         if settings.get("profile") != "swaptacular":
             settings.setdefault("port", 0)
-        super().__init__(Settings(host=host, amqp_url=amqp_url, **settings))
+        super().__init__(Settings(host=host, amqp_url=amqp_url, **settings), tracer_provider=tracer_provider)
         self.port = 0
         self.tls_port = 0
         self.ws_port: int | None = None

@@ -62,6 +62,8 @@ async def _serve(stats_path: str) -> None:
             "http_port": server.ops.port if server.ops else None,
             "tasks": len(asyncio.all_tasks()),
             "connections": server.connection_count,
+            # AMQP connections the pool holds (lingering ones included) or is still closing
+            "amqp_connections": server.pool.connection_count + server.pool.closing_count,
             "log_errors": errors.count,
             "last_error": errors.last,
             "time": time.time(),
@@ -214,7 +216,8 @@ class BridgeProcess:
         ``fresh``: stats written after now (waits up to half a second), else the last ones."""
         stats = self.fresh_stats() if fresh else self.stats()
         return {"rss_mb": round(self.rss_kb() / 1024, 1), "fds": self.fds(), "tasks": stats["tasks"],
-                "connections": stats["connections"], "log_errors": stats["log_errors"]}
+                "connections": stats["connections"], "amqp_connections": stats["amqp_connections"],
+                "log_errors": stats["log_errors"]}
 
     def kill9(self) -> None:
         if self.alive():

@@ -46,14 +46,6 @@ def amqp_url(n: int) -> str:
     return f"amqp://guest:guest@127.0.0.1:569{n}/"
 
 
-def percentile(values: list[float], p: float) -> float:
-    """The p-th percentile (nearest rank) of ``values``; 0 for none."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered)) - 1))]
-
-
 class Cluster:
     """Nodes rabbitc1..3@localhost: AMQP 5691-5693, management 15691-15693."""
 

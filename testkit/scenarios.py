@@ -12,8 +12,9 @@ import time
 from dataclasses import dataclass, field
 
 from testkit.cluster import (
-    NODES, Cluster, ResendingPublisher, ResubscribingConsumer, connect_until, disconnect, percentile,
+    NODES, Cluster, ResendingPublisher, ResubscribingConsumer, connect_until, disconnect,
 )
+from testkit.stats import percentile
 
 
 @dataclass
@@ -97,7 +98,7 @@ class Traffic:
         receipts, errors, reconnects = (a - b for a, b in zip(self.counts(), before))
         latencies = [s for p in self.publishers for (at, s) in p.tally.latencies if started <= at < now]
         return Step(node, round(now - started, 2), receipts, errors, reconnects,
-                    round(percentile(latencies, 99) * 1000, 1), round(max(latencies, default=0) * 1000, 1))
+                    round(percentile(latencies, 99, default=0.0) * 1000, 1), round(max(latencies, default=0) * 1000, 1))
 
     async def finish(self, timeout: float = 120) -> TrafficResult:
         self.stop.set()

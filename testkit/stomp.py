@@ -100,16 +100,19 @@ class StompClient:
     async def drain(self) -> None:
         await self.writer.drain()
 
-    async def _read(self, timeout: float | None, waiting_for: str) -> list[Frame]:
-        """The frames the next read completes (possibly none); Closed at EOF or reset."""
+    async def _read(self, timeout: float | None, waiting_for: str, deadline: float | None = None) -> list[Frame]:
+        """The frames the next read completes (possibly none: heart-beats); Closed at EOF or
+        reset; Stalled when no frame came within ``timeout`` (by ``deadline``, the loop's time,
+        when the caller reads more than once)."""
         if timeout is None:
             timeout = self.read_timeout
         if self.closed:
             raise Closed(f"port {self.port}: connection closed while waiting for {waiting_for}")
+        left = timeout if deadline is None else max(0.0, deadline - asyncio.get_running_loop().time())
         try:
-            data = await asyncio.wait_for(self.reader.read(READ_SIZE), timeout)
+            data = await asyncio.wait_for(self.reader.read(READ_SIZE), left)
         except TimeoutError:
-            raise Stalled(f"port {self.port}: nothing received for {timeout:g} s while waiting for "
+            raise Stalled(f"port {self.port}: no frame for {timeout:g} s while waiting for "
                           f"{waiting_for}") from None
         except (ConnectionError, OSError):
             data = b""
@@ -129,9 +132,14 @@ class StompClient:
         return frame
 
     async def next(self, timeout: float | None = None, waiting_for: str = "a frame") -> Frame:
-        """The next frame; :class:`Closed` at EOF or reset, :class:`Stalled` when nothing comes."""
+        """The next frame; :class:`Closed` at EOF or reset, :class:`Stalled` when none comes
+        within ``timeout`` (heart-beats meanwhile do not extend it: the server's come every
+        half interval, as the plugin's do, so they would keep a short wait from ever ending)."""
+        if timeout is None:
+            timeout = self.read_timeout
+        deadline = asyncio.get_running_loop().time() + timeout
         while not self.pending:
-            self.pending = await self._read(timeout, waiting_for)
+            self.pending = await self._read(timeout, waiting_for, deadline)
             self.pending.reverse()
         return self._check(self.pending.pop())
 
@@ -141,8 +149,9 @@ class StompClient:
             out, self.pending = list(reversed(self.pending)), []
         else:
             out = []
+            deadline = asyncio.get_running_loop().time() + (self.read_timeout if timeout is None else timeout)
             while not out:
-                out = await self._read(timeout, waiting_for)
+                out = await self._read(timeout, waiting_for, deadline)
         for frame in out:
             self._check(frame)
         return out

@@ -52,7 +52,8 @@ def test_hostile_clients_each_get_their_error_or_close(broker, mgmt):
     assert result["attacks"] >= len(hostile.ATTACKS)
     assert result["outcomes"]["ERROR Connect timeout"] == 20 + 500  # slowloris, CONNECT flood
     assert result["outcomes"]["ERROR Too many subscriptions"] == 1
-    assert result["outcomes"]["guess refused by RabbitMQ"] == 10  # login_failures_per_minute
+    # login_failures_per_minute, and the pair's first turn (6 s later) if a lane still guessing waits for it
+    assert result["outcomes"]["guess refused by RabbitMQ"] in (10, 11)
     assert result["outcomes"]["guess refused by the bridge (throttled)"] > 0
 
 

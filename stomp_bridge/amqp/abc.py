@@ -26,7 +26,8 @@ from stomp_bridge.protocol.errors import StompError
 
 
 class ChannelEvents(Protocol):
-    """What RabbitMQ tells a session, called synchronously from the AMQP reader."""
+    """What RabbitMQ tells a session: plain calls, never awaited, from the AMQP reader (or, for
+    ``closed``, a callback one loop pass after the channel's end, or the RPC that saw it)."""
 
     def delivered(self, delivery: Delivery) -> None:
         """basic.deliver on one of the session's consumers."""
@@ -52,6 +53,7 @@ class SessionChannel(Protocol):
 
     broker_version_text: str  # RabbitMQ's version, as its server properties say it
     dialect: Dialect  # the plugin rules of that version
+    publish_seq: int  # the number the last ``publish`` returned (0 before any)
 
     def listen(self, events: ChannelEvents, writable: Callable[[], Awaitable[None]] | None = None) -> None:
         """Send every event to ``events`` from now on. ``writable`` returns once the client's
@@ -94,12 +96,16 @@ class SessionChannel(Protocol):
     async def bind(self, queue: str, exchange: str, routing_key: str, arguments: dict[str, Any] | None = None) -> None:
         ...
 
+    async def declare_exchange(self, exchange: str, kind: str, arguments: dict[str, Any] | None = None) -> None:
+        """exchange.declare of a durable exchange (the scheduled-delivery topology)."""
+
     async def delete_queue(self, queue: str) -> None: ...
 
     async def consume(
         self, queue: str, consumer_tag: str, *, no_ack: bool, prefetch: int = 0,
-        arguments: dict[str, Any] | None = None,
-    ) -> None: ...
+        arguments: dict[str, Any] | None = None, stream_auto: bool = False,
+    ) -> None:
+        """``stream_auto``: ack:auto on a stream, acked by the bridge (a named stream subscription)."""
 
     async def cancel(self, consumer_tag: str) -> None: ...
 
@@ -108,6 +114,10 @@ class SessionChannel(Protocol):
 
     async def peek(self, queue: str) -> tuple[dict[str, Any], bytes] | None:
         """The first message of ``queue`` left in place (properties, body); None if empty or missing."""
+
+    async def discard_queue(self, queue: str) -> None:
+        """Delete ``queue`` on a channel of its own, ignoring failures (the session's channel may
+        be closed by the error that made the queue useless)."""
 
     async def queue_exists(self, queue: str) -> bool: ...
 

@@ -2,8 +2,8 @@
 
 A session's AMQP connection is opened with the client's own login, passcode and vhost
 (``connect_any``, through aiormq), so every login is RabbitMQ's decision, as under the
-plugin; a login that joins a shared connection is checked first by ``check_login``, a bare
-handshake that keeps no connection (see ``pool.py``). Both try the nodes of ``amqp_url`` in
+plugin; a login that joins a shared connection is checked first by ``check_login``, the
+bridge's own handshake (``handshake.py``) that keeps no connection (see ``pool.py``). Both try the nodes of ``amqp_url`` in
 the order ``Endpoints`` gives and skip a node that does not answer; a refusal is the
 client's answer, from whichever node gave it.
 """
@@ -18,23 +18,22 @@ from typing import Any
 
 import aiormq
 import aiormq.exceptions as amqp_exc
-import pamqp.exceptions as pamqp_exceptions
 import pamqp.frame
-import pamqp.header
 from pamqp import commands as spec
 
 from stomp_bridge.amqp import internals
 from stomp_bridge.amqp.endpoints import Endpoints
+from stomp_bridge.amqp.handshake import Handshake, NotAmqp
 from stomp_bridge.amqp.pool import AmqpPool
 from stomp_bridge.amqp.reader import BulkFrameReceiver, Hooks, current_hooks
 from stomp_bridge.protocol.errors import AccessRefused, BrokerError
 
 
-def install() -> bool:
+def install() -> None:
     """What a bridge process needs of aiormq and pamqp, installed once when it starts (see
     ``internals.install``): field-table integers as longs, the bulk frame reader. Idempotent;
-    returns whether the bulk reader is in place."""
-    return internals.install(BulkFrameReceiver)
+    raises ``internals.UnsupportedAiormq``, naming the aiormq needed, if aiormq changed."""
+    internals.install(BulkFrameReceiver)
 
 
 def vhost_url(base_url: str, login: str, passcode: str, vhost: str) -> str:
@@ -62,6 +61,7 @@ def make_pool(endpoints: Endpoints, *, heartbeat: int = 60, timeout: float = 10.
     async def opener(
         login: str, passcode: str, vhost: str, client_name: str, **tls: Any
     ) -> tuple[aiormq.Connection, Hooks]:
+        internals.require_installed()  # else no one would read the sessions' channels
         return await connect_any(endpoints, login, passcode, vhost, client_name, heartbeat, timeout, **tls)
 
     async def checker(login: str, passcode: str, vhost: str, client_name: str, **tls: Any) -> None:
@@ -144,7 +144,7 @@ async def _first_node(
         except AccessRefused:
             endpoints.succeeded(index)
             raise
-        except (OSError, EOFError, amqp_exc.AMQPError, asyncio.TimeoutError) as exc:
+        except (OSError, EOFError, amqp_exc.AMQPError, asyncio.TimeoutError, NotAmqp) as exc:
             if size > PRE_LOGIN_FRAME_MAX_BEFORE_4_1 and isinstance(
                 exc, (amqp_exc.AMQPConnectionError, ConnectionError, EOFError)
             ):
@@ -164,71 +164,18 @@ async def _first_node(
 
 
 async def _handshake(
-    base_url: str, login: str, passcode: str, vhost: str, client_name: str,
+    url: str, login: str, passcode: str, vhost: str, client_name: str,
     context: ssl.SSLContext | None, external: bool,
 ) -> None:
-    """One AMQP login on one node with pamqp's codec and a plain stream: start, start-ok, tune,
-    tune-ok, open (the vhost), close. Refusals become the same AccessRefused as _connect's."""
-    parts = urllib.parse.urlsplit(base_url)
-    tls = parts.scheme == "amqps"
-    host = parts.hostname or "localhost"
-    if tls and context is None:
-        context = ssl.create_default_context()
-    reader, writer = await asyncio.open_connection(
-        host, parts.port or (5671 if tls else 5672), ssl=context if tls else None,
-        server_hostname=host if tls else None,
-    )
-    buffer = bytearray()
-
-    async def receive() -> Any:
-        while True:
-            if len(buffer) >= 8:
-                try:
-                    used, _, frame = pamqp.frame.unmarshal(bytes(buffer))
-                except pamqp_exceptions.UnmarshalingException:
-                    pass  # not all of it yet
-                else:
-                    del buffer[:used]
-                    return frame
-            data = await reader.read(65536)
-            if not data:
-                raise ConnectionError("RabbitMQ closed the connection during the login")
-            buffer.extend(data)
-
-    def send(method: Any) -> None:
-        writer.write(pamqp.frame.marshal(method, 0))
-
+    """One login on one node, closed again (``handshake.py``); raises RabbitMQ's refusal as
+    the same AccessRefused as _connect's."""
+    handshake = await Handshake.connect(url, context)
     try:
-        writer.write(pamqp.header.ProtocolHeader().marshal())
-        start = await receive()
-        mechanism = "EXTERNAL" if external else "PLAIN"
-        offered = start.mechanisms.decode() if isinstance(start.mechanisms, bytes) else str(start.mechanisms)
-        if mechanism not in offered.split():
-            raise AccessRefused(
-                "Bad CONNECT", f"Access refused for user '{login}'",
-                private=f"RabbitMQ does not offer {mechanism} ({offered}); for EXTERNAL enable "
-                "rabbitmq_auth_mechanism_ssl and add 'EXTERNAL' to auth_mechanisms",
-            )
-        send(spec.Connection.StartOk(
-            client_properties={"connection_name": client_name, "product": "stomp-bridge",
-                               "capabilities": {"authentication_failure_close": True}},
-            mechanism=mechanism, response="" if external else f"\0{login}\0{passcode}",
-        ))
-        tune = await receive()
-        if isinstance(tune, spec.Connection.Close):
-            raise AccessRefused("Bad CONNECT", f"Access refused for user '{login}'", private=tune.reply_text)
-        send(spec.Connection.TuneOk(channel_max=tune.channel_max, frame_max=tune.frame_max, heartbeat=0))
-        try:
-            send(spec.Connection.Open(virtual_host=vhost))
-        except ValueError as exc:  # a vhost name AMQP cannot carry (over 127 bytes)
-            raise AccessRefused("Bad CONNECT", f"Virtual host '{vhost[:200]}' access denied", private=str(exc)) from exc
-        opened = await receive()
-        if isinstance(opened, spec.Connection.Close):
-            raise AccessRefused("Bad CONNECT", f"Virtual host '{vhost}' access denied", private=opened.reply_text)
-        send(spec.Connection.Close(reply_code=200, reply_text="login checked", class_id=0, method_id=0))
-        await receive()  # close-ok
+        start = await handshake.start()
+        await handshake.login(start, login, passcode, vhost, client_name, external)
+        await handshake.close("login checked")
     finally:
-        writer.close()
+        handshake.abort()
 
 
 async def _connect(

@@ -4,19 +4,7 @@ from __future__ import annotations
 
 import aiormq.exceptions as amqp_exc
 
-from stomp_bridge.protocol.errors import BrokerError, StompError
-from stomp_bridge.protocol.features import TOKEN_DESTINATION
-
-
-def token_expired(private: str = "") -> BrokerError:
-    """The ERROR for a connection whose OAuth 2 token ran out (RabbitMQ's close, or the
-    bridge's own timer for brokers that keep such a connection open)."""
-    return BrokerError(
-        "Token expired",
-        "Your OAuth 2 token (the passcode) expired, so the connection ends. Log in again with a new "
-        f"token, or send a new one before it expires: SEND it to {TOKEN_DESTINATION}.",
-        private=private,
-    )
+from stomp_bridge.protocol.errors import BrokerError, StompError, token_expired
 
 
 def broker_error(exc: BaseException) -> StompError:

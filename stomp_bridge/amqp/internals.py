@@ -1,14 +1,16 @@
 """Every use of aiormq's and pamqp's internals, in one place, pinned to the versions tested.
 
-The bridge's lean paths (see ``channel.py`` and ``reader.py``) go around aiormq's generic
-API, which costs a lock, a future and a task per message. Doing so touches names that are
-not aiormq's or pamqp's public API: a channel's ``_get_frame``/``_read_content``/
-``_on_deliver_frame``/``_on_confirm_frame``, a connection's ``write_queue``, the
-``FrameReceiver`` class a connection instantiates, the stream's ``_transport``,
-``ChannelFrame``, and pamqp's ``encode.table_integer``. No other module of the bridge names
-them (``tests/unit/test_layers.py`` checks it); ``tests/unit/test_amqp_internals.py`` checks
-that the installed aiormq and pamqp still have each of them, with the signatures used here,
-and fails with the name of what changed when an upgrade moves one.
+aiormq keeps the bridge's AMQP connections (the handshake, heart-beats, the writer task,
+connection.blocked, update-secret, close); the bridge's own reader (``reader.py``), lean
+channels (``lean.py``) and codec carry every channel's frames. Joining the two touches names
+that are not aiormq's or pamqp's public API: the ``FrameReceiver`` class a connection
+instantiates, a connection's ``write_queue`` and its "unblocked" event, the stream's
+``_transport``, ``ChannelFrame``, ``exception_by_code`` and pamqp's ``encode.table_integer``.
+No other module of the bridge names them (``tests/unit/test_layers.py`` checks it);
+``tests/unit/test_amqp_internals.py`` checks that the installed aiormq and pamqp still have
+each of them, with the signatures used here, and fails with the name of what changed when an
+upgrade moves one. There is no fallback onto aiormq's own channels: if :func:`install` finds
+aiormq changed, the bridge refuses to start and says which aiormq it needs.
 
 Nothing here changes aiormq or pamqp at import time. :func:`install` does, once, when a
 bridge starts (``BridgeServer.start``, which the in-process runners use too).
@@ -18,17 +20,14 @@ from __future__ import annotations
 
 import asyncio
 import importlib.metadata
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiormq
 import aiormq.channel
 import aiormq.connection as aiormq_connection
-import aiormq.exceptions as amqp_exc
 import pamqp.encode
 from aiormq.abc import ChannelFrame
 from pamqp import commands as spec
-from pamqp.header import ContentHeader
 
 # The versions this module was written against (lower bound inclusive, upper exclusive):
 # aiormq 7.2.4 and pamqp 4.0.1 are the ones tested. A version outside these ranges fails
@@ -72,41 +71,73 @@ def table_integer_as_long(value: int) -> bytes:
 _receiver: type | None = None  # the receiver install() put in place
 
 
-def install(receiver: type) -> bool:
+class UnsupportedAiormq(RuntimeError):
+    """The installed aiormq lacks what the bridge's reader and writer use: the bridge does not
+    start (it has no other way to read its channels)."""
+
+
+def needed() -> str:
+    """The aiormq (and pamqp) versions this module was written against, as pip writes them."""
+    (low, high), (plow, phigh) = AIORMQ_VERSIONS, PAMQP_VERSIONS
+    return (f"aiormq>={'.'.join(map(str, low))},<{'.'.join(map(str, high))} and "
+            f"pamqp>={'.'.join(map(str, plow))},<{'.'.join(map(str, phigh))}")
+
+
+def unsupported(problem: str) -> UnsupportedAiormq:
+    """The refusal to start, naming what changed and what to install."""
+    try:
+        have = f"aiormq {importlib.metadata.version('aiormq')}, pamqp {importlib.metadata.version('pamqp')}"
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - vendored copies
+        have = "an aiormq without package metadata"
+    wanted = needed()
+    pip = "pip install " + " ".join(f"'{spec}'" for spec in wanted.split(" and "))
+    return UnsupportedAiormq(f"cannot read AMQP with {have}: {problem}. stomp-bridge needs {wanted} ({pip}).")
+
+
+def install(receiver: type) -> None:
     """Make this process's aiormq and pamqp behave as the bridge needs; idempotent.
 
-    * pamqp encodes every field-table integer as a long (:func:`table_integer_as_long`):
-      the tables the bridge sends through aiormq (queue arguments, consume arguments) are
-      built by pamqp, which has no per-call option for it, so this is process-wide;
     * aiormq reads frames with ``receiver``, a subclass of :data:`FrameReceiver`
-      (:class:`~stomp_bridge.amqp.reader.BulkFrameReceiver`: the direct path for deliveries
-      and confirms).
+      (:class:`~stomp_bridge.amqp.reader.BulkFrameReceiver`: every channel's frames go to
+      the bridge's lean channels and sessions);
+    * pamqp encodes every field-table integer as a long (:func:`table_integer_as_long`):
+      the tables the lean channels' methods carry (queue, binding and consume arguments) are
+      marshalled by pamqp, which has no per-call option for it, so this is process-wide.
 
     Called when a bridge starts, not at import: a program that imports stomp_bridge (its
     ``testing`` helpers, ``spark``) and uses aiormq or pamqp for its own work keeps their
-    stock behaviour until it starts a bridge in the same process. Returns whether the bulk
-    reader is in place (False: aiormq's shape changed, sessions use aiormq's channel reader).
+    stock behaviour until it starts a bridge in the same process. Raises
+    :class:`UnsupportedAiormq` (and changes nothing) when aiormq's shape changed.
     """
     global _receiver
-    pamqp.encode.table_integer = table_integer_as_long
     current = getattr(aiormq_connection, "FrameReceiver", None)
-    if current is receiver:
-        _receiver = receiver
-    elif current is FrameReceiver and hasattr(current, "get_frame") and issubclass(receiver, current):
+    if current is not receiver:
+        if current is not FrameReceiver or not hasattr(current, "get_frame") or not (
+            isinstance(receiver, type) and issubclass(receiver, current)
+        ):
+            raise unsupported(f"aiormq.connection.FrameReceiver is {current!r}, not the class the "
+                              "bridge's reader extends")
         aiormq_connection.FrameReceiver = receiver  # type: ignore[misc]
-        _receiver = receiver
-    return bulk_reader()
-
-
-def bulk_reader() -> bool:
-    """The receiver :func:`install` chose reads this process's AMQP connections: sessions
-    register their direct-path hooks (else aiormq's channel reader calls them)."""
-    return _receiver is not None and aiormq_connection.FrameReceiver is _receiver
+    pamqp.encode.table_integer = table_integer_as_long
+    _receiver = receiver
 
 
 def installed() -> bool:
     """:func:`install` is in effect (both of its changes)."""
-    return pamqp.encode.table_integer is table_integer_as_long and bulk_reader()
+    return (
+        pamqp.encode.table_integer is table_integer_as_long
+        and _receiver is not None and aiormq_connection.FrameReceiver is _receiver
+    )
+
+
+def require_installed() -> None:
+    """Before a connection opens: without the bridge's reader its channels would be read by
+    nobody (aiormq drops frames of channels it did not open)."""
+    if not installed():
+        raise RuntimeError(
+            "the bridge's AMQP reader is not installed: call stomp_bridge.amqp.connect.install() "
+            "once before opening sessions (BridgeServer.start does)"
+        )
 
 
 # -- the stream and the writer ----------------------------------------------------------------
@@ -148,29 +179,9 @@ def client_properties(client_name: str) -> dict[str, Any]:
     }
 
 
-# -- a channel's frames (the fallback when the bulk reader is not installed) ------------------
+# -- channel errors -----------------------------------------------------------------------------
 
 def channel_error(frame: spec.Channel.Close) -> Exception:
     """The exception aiormq raises for RabbitMQ's channel.close (ChannelNotFoundEntity for 404
-    …): the lean channel raises the same, so errors read the same whichever channel a session has."""
+    …): the lean channel raises the same, so ``errors.broker_error`` reads one family of errors."""
     return aiormq.channel.exception_by_code(frame)
-
-
-def override_channel(
-    channel: aiormq.Channel,
-    on_deliver: Callable[[spec.Basic.Deliver], Awaitable[None]],
-    on_confirm: Callable[[spec.Basic.Ack | spec.Basic.Nack], Awaitable[None]],
-) -> None:
-    """Route the deliveries and confirms that reach aiormq's channel reader to the session
-    instead of aiormq's per-consumer tasks and per-publish futures."""
-    channel._on_deliver_frame = on_deliver  # type: ignore[method-assign]
-    channel._on_confirm_frame = on_confirm  # type: ignore[method-assign]
-
-
-async def read_content(channel: aiormq.Channel, deliver: spec.Basic.Deliver) -> tuple[ContentHeader, bytes]:
-    """The content header and body that follow ``deliver`` on aiormq's channel reader."""
-    header = await channel._get_frame()
-    if not isinstance(header, ContentHeader):
-        raise amqp_exc.InvalidFrameError(f"expected a content header, got {header!r}")
-    message = await channel._read_content(deliver, header)
-    return header, message.body

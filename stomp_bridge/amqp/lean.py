@@ -8,18 +8,19 @@ to the session. This channel keeps what a session needs and nothing else: its nu
 were sent), RabbitMQ's channel.close and basic.cancel, and basic.get's content. Every frame of
 its number reaches it through the bulk reader, so aiormq's connection never sees them.
 
-It offers the part of ``aiormq.Channel``'s interface that ``channel.AmqpSession`` uses, with the
-same results and exceptions (a channel error is the exception aiormq raises for RabbitMQ's
-channel.close, ``internals.channel_error``), so the session code and its ERROR texts do not
-depend on which channel it has. Without the bulk reader (an aiormq whose shape changed, see
-``internals.install``) sessions use aiormq's channel.
+It is the bridge's one channel class: a session's channel, its publishing channel and the
+short-lived side channel of a peek are all lean channels. Its RPCs keep the method names and
+the exceptions of ``aiormq.Channel`` (a channel error is the exception aiormq raises for
+RabbitMQ's channel.close, ``internals.channel_error``), so ``errors.broker_error`` reads one
+family of errors for connections and channels alike.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import Any, NamedTuple
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import aiormq
 import aiormq.exceptions as amqp_exc
@@ -29,6 +30,9 @@ from pamqp import commands as spec
 from stomp_bridge.amqp import internals
 from stomp_bridge.amqp.codec import decode_method
 from stomp_bridge.amqp.reader import ChannelHooks
+
+if TYPE_CHECKING:
+    from stomp_bridge.amqp.pool import SharedConnection
 
 
 class GetResult(NamedTuple):
@@ -44,7 +48,7 @@ class LeanChannel:
     """One channel of a shared AMQP connection (see the module docstring)."""
 
     __slots__ = (
-        "connection", "number", "hooks", "closing", "on_consumer_cancel_callbacks", "_replies",
+        "connection", "number", "hooks", "closing", "on_cancel", "_replies",
         "_closed", "_close_ok", "_transport_hooks",
     )
 
@@ -57,7 +61,7 @@ class LeanChannel:
         # Done when the channel or its connection closed: the exception says why.
         self.closing: asyncio.Future[None] = loop.create_future()
         self.closing.add_done_callback(_retrieve)
-        self.on_consumer_cancel_callbacks: set[Any] = set()
+        self.on_cancel: Callable[[str], None] | None = None  # RabbitMQ cancelled this consumer tag
         # (the reply classes expected, the future the caller waits on), in the order sent
         self._replies: deque[tuple[tuple[type, ...], asyncio.Future[Any]]] = deque()
         self._closed = False
@@ -68,18 +72,19 @@ class LeanChannel:
     @classmethod
     async def open(
         cls, connection: aiormq.Connection, number: int, transport_hooks: Any, channels: dict[int, ChannelHooks],
-        sessions: dict[int, Any],
+        sessions: dict[int, Any], *, confirms: bool = True,
     ) -> LeanChannel:
-        """channel.open, then confirm.select (publisher confirms). ``channels``: the bulk
-        reader's table, where the channel's frames are routed from now on; ``sessions``: the
-        shared connection's, where the channel holds its number (and hears of the connection's
-        loss, see :meth:`connection_lost`) until its session takes the place."""
+        """channel.open, then confirm.select (publisher confirms) unless ``confirms`` is false.
+        ``channels``: the bulk reader's table, where the channel's frames are routed from now
+        on; ``sessions``: the shared connection's, where the channel holds its number (and hears
+        of the connection's loss, see :meth:`connection_lost`) until its session takes the place."""
         channel = cls(connection, number, ChannelHooks(), transport_hooks)
         channels[number] = channel.hooks
         sessions[number] = channel
         try:
             await channel._call(spec.Channel.Open(), (spec.Channel.OpenOk,))
-            await channel._call(spec.Confirm.Select(), (spec.Confirm.SelectOk,))
+            if confirms:
+                await channel._call(spec.Confirm.Select(), (spec.Confirm.SelectOk,))
         except BaseException as exc:
             channel._closed = True
             if isinstance(exc, amqp_exc.AMQPError):  # RabbitMQ closed it, and has our close-ok
@@ -92,7 +97,15 @@ class LeanChannel:
             raise
         return channel
 
-    # -- aiormq.Channel's interface, as the session uses it ------------------------------
+    @classmethod
+    def open_on(cls, shared: SharedConnection, *, confirms: bool = True) -> Awaitable[LeanChannel]:
+        """:meth:`open` on a free channel number of a pool's shared connection."""
+        hooks = shared.hooks
+        return cls.open(
+            shared.connection, shared.free_number(), hooks, hooks.channels, shared.sessions, confirms=confirms,
+        )
+
+    # -- RPCs, named as aiormq.Channel's ------------------------------------------------------
 
     @property
     def is_closed(self) -> bool:
@@ -114,6 +127,15 @@ class LeanChannel:
         return await self._call(
             spec.Queue.Bind(queue=queue, exchange=exchange, routing_key=routing_key, arguments=arguments),
             (spec.Queue.BindOk,),
+        )
+
+    async def exchange_declare(
+        self, exchange: str, *, exchange_type: str = "direct", durable: bool = False,
+        arguments: dict[str, Any] | None = None,
+    ) -> spec.Exchange.DeclareOk:
+        return await self._call(
+            spec.Exchange.Declare(exchange=exchange, exchange_type=exchange_type, durable=durable, arguments=arguments),
+            (spec.Exchange.DeclareOk,),
         )
 
     async def queue_delete(self, queue: str = "") -> spec.Queue.DeleteOk:
@@ -166,8 +188,8 @@ class LeanChannel:
                 self._close_ok.set_result(None)
             return
         if isinstance(frame, spec.Basic.Cancel):  # RabbitMQ cancelled a consumer (queue deleted …)
-            for callback in tuple(self.on_consumer_cancel_callbacks):
-                callback(frame)
+            if self.on_cancel is not None and frame.consumer_tag:
+                self.on_cancel(frame.consumer_tag)
             return
         if isinstance(frame, spec.Channel.Flow):
             self._send_now(pamqp.frame.marshal(spec.Channel.FlowOk(active=frame.active), self.number))

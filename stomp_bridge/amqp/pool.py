@@ -86,7 +86,7 @@ class SharedConnection:
         self.key = key
         self.connection = connection
         self.hooks = hooks
-        self.sessions: dict[int, Any] = {}  # channel number -> AmqpSession (or a lean channel holding it)
+        self.sessions: dict[int, Any] = {}  # channel number -> AmqpSession, or the lean channel holding it
         self.reserved = 0  # channels open or being opened
         self.opened_at = now
         self.channel_max = connection.connection_tune.channel_max or RABBIT_CHANNEL_MAX
@@ -100,14 +100,15 @@ class SharedConnection:
         self.node: tuple[str, int] | None = (url.host, url.port) if url is not None else None
 
     def free_number(self) -> int:
-        """A channel number up to channel_max that neither we nor aiormq hold (a closing
-        channel keeps its number until RabbitMQ's close-ok); aiormq's own choice can pass
-        channel_max, which makes RabbitMQ close the whole connection."""
-        taken = self.connection.channels
+        """A channel number up to the broker's channel_max that none of our channels holds (a
+        closing one keeps its number until RabbitMQ's close-ok, one whose open timed out until
+        the connection ends): a channel.open on a number in use, or past channel_max, makes
+        RabbitMQ close the whole connection."""
+        sessions = self.sessions
         limit = self.channel_max
         for step in range(limit):
             number = (self._cursor + step) % limit + 1
-            if number not in taken and number not in self.sessions:
+            if number not in sessions:
                 self._cursor = number % limit
                 return number
         raise RuntimeError("no free channel number")
@@ -159,6 +160,11 @@ class AmqpPool:
     @property
     def connection_count(self) -> int:
         return sum(len(group) for group in self._connections.values())
+
+    @property
+    def closing_count(self) -> int:
+        """Publishing connections whose linger ran out and whose close has not finished yet."""
+        return len(self._closing)
 
     def _fresh(self, shared: SharedConnection, now: float) -> bool:
         """Still offered to new sessions (open, and its login recent enough)."""

@@ -5,9 +5,11 @@ pamqp, queues it for the connection, then for the channel, whose reader task
 awaits it again: about a dozen awaits and three pamqp decodes per delivered
 message. This receiver reads whatever the socket has, cuts every complete
 frame out of the buffer, and for every channel that registered
-:class:`ChannelHooks` decodes basic.deliver (with its content) and publisher
-confirms itself, calling that channel's session synchronously. Every other
-frame takes aiormq's usual route, in order.
+:class:`ChannelHooks` (every channel the bridge opens: ``lean.py``) decodes
+basic.deliver, basic.return and basic.get-ok (with their content) and publisher
+confirms itself, calling that channel's session synchronously, and hands its
+other methods to the lean channel. Channel 0's frames (heart-beats,
+connection.blocked, close) take aiormq's usual route, in order.
 
 One AMQP connection carries many STOMP sessions (one channel each), so the
 reader never waits for any one client: backpressure towards RabbitMQ is per
@@ -82,15 +84,15 @@ class ChannelHooks:
         # After each socket read that brought this channel frames: lets the
         # session send its frames now, not one event-loop pass later.
         self.on_batch_end = on_batch_end
-        # A lean channel (lean.py) takes every other method frame of its number (RPC replies,
-        # channel.close, basic.cancel) and basic.get's message; None: they go to aiormq.
+        # The lean channel (lean.py) takes every other method frame of its number (RPC replies,
+        # channel.close, basic.cancel) and basic.get's message (None only in the reader's tests).
         self.on_method: Callable[[bytes], None] | None = None
         self.on_get: Callable[[Any, dict[str, Any], bytes], None] | None = None
         # A delivery (or a returned or got message) being assembled: [deliver, return or
         # get-ok args, properties, bytes still due, body parts, DELIVERED / RETURNED / GOT]
         self.pending: list[Any] | None = None
         self.touched = False
-        # Set the moment RabbitMQ's channel.close arrives, before aiormq answers
+        # Set the moment RabbitMQ's channel.close arrives, before the lean channel answers
         # close-ok: from then on nothing may be written on this channel number,
         # or RabbitMQ closes the whole shared connection (CHANNEL_ERROR).
         self.closed = False

@@ -85,3 +85,15 @@ def processing_error(private: str = "") -> FrameRejected:
     """What the plugin sends when its processor crashes on a bad value (a badarg or badmatch):
     ERROR ``message:Processing error``, body ``Processing error``."""
     return FrameRejected("Processing error", "Processing error", private=private)
+
+
+def token_expired(private: str = "") -> BrokerError:
+    """The ERROR for a connection whose OAuth 2 token ran out (RabbitMQ's close, or the
+    bridge's own timer for brokers that keep such a connection open): the plugin's words
+    (rabbit_stomp_processor:send_credential_expired_error/1, RabbitMQ 4.1 and later). A client
+    keeps its connection by sending a new token to /bridge/token before then."""
+    return BrokerError(
+        "Credential expired",
+        "The credential used to authenticate this connection has expired",
+        private=private,
+    )

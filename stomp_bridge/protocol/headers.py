@@ -84,6 +84,11 @@ _STR_PROPERTIES = (
     ("app-id", "app_id"),
 )
 _STR_PROPERTY = dict(_STR_PROPERTIES)
+# Every SEND header that becomes a basic property instead of a headers-table entry (with
+# ``destination``, the NOT_USER_HEADERS), and the pamqp field it sets: docs/how-it-maps.md's table.
+PROPERTY_HEADERS: tuple[tuple[str, str], ...] = (
+    *_STR_PROPERTIES, ("persistent", "delivery_mode"), ("priority", "priority"), ("timestamp", "timestamp"),
+)
 
 
 def properties_from_send(headers: Mapping[str, str], reply_to: str | None = None) -> dict[str, Any]:
@@ -392,3 +397,55 @@ def _stream_offset_integer(text: str) -> int:
     if number is None:
         raise processing_error(f"header 'x-stream-offset': {text!r} is not an integer")
     return number
+
+
+# -- what a publish can carry -------------------------------------------------------------
+
+SHORTSTR_MAX = 255  # bytes in an AMQP short string: exchange, routing key, header names, most properties
+# The properties AMQP encodes as short strings (and the headers table, whose keys are), in the
+# order amqp/codec.py encodes them: the first that is too long is the one named.
+_SHORTSTR_ORDER = (
+    "content_type", "content_encoding", "headers", "correlation_id", "reply_to", "expiration", "message_id",
+    "message_type", "user_id", "app_id", "cluster_id",
+)
+
+
+def _size_over(text: str) -> int:
+    """Bytes of ``text`` in UTF-8 if more than a short string holds, else 0 (63 characters or
+    fewer always fit: 4 bytes each at most)."""
+    if len(text) <= 63:
+        return 0
+    size = len(text.encode("utf-8"))
+    return size if size > SHORTSTR_MAX else 0
+
+
+def publish_problem(exchange: str, routing_key: str, props: dict[str, Any]) -> str | None:
+    """Why AMQP cannot carry this publish (a value over a short string's 255 bytes), worded as
+    amqp/codec.py would refuse it; None for almost every publish, found with a length check each."""
+    if len(exchange) <= 63 and len(routing_key) <= 63:
+        for name, value in props.items():
+            if name == "headers":
+                for key in value:
+                    if len(key) > 63:
+                        break
+                else:
+                    continue
+                break
+            if type(value) is str and len(value) > 63:
+                break
+        else:
+            return None
+    for what, text in (("exchange", exchange), ("routing key", routing_key)):
+        if size := _size_over(text):
+            return f"{what} is {size} bytes long; AMQP short strings hold at most {SHORTSTR_MAX}"
+    for name in _SHORTSTR_ORDER:
+        value = props.get(name)
+        if value is None:
+            continue
+        if name == "headers":
+            for key in value:
+                if size := _size_over(key):
+                    return f"a header name is {size} bytes long; AMQP short strings hold at most {SHORTSTR_MAX}"
+        elif isinstance(value, str) and (size := _size_over(value)):
+            return f"{name.replace('_', '-')} is {size} bytes long; AMQP short strings hold at most {SHORTSTR_MAX}"
+    return None

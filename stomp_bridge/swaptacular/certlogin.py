@@ -29,8 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from stomp_bridge.core.peer import PeerPolicy
 from stomp_bridge.protocol.errors import AccessRefused
-from stomp_bridge.swaptacular.profile import PeerPolicy, SwaptacularProfile
+from stomp_bridge.swaptacular.profile import SwaptacularProfile
 from stomp_bridge.tls import PeerCertificate, build_client_context
 
 # cryptography is imported by the signer, which only certificate login to RabbitMQ builds (its
@@ -38,7 +39,7 @@ from stomp_bridge.tls import PeerCertificate, build_client_context
 if TYPE_CHECKING:
     from cryptography import x509
 
-    from stomp_bridge.settings import Settings
+    from stomp_bridge.settings.sections import AmqpSettings, CertLoginSettings
 
 CACHE_SIZE = 4096
 
@@ -51,13 +52,11 @@ class AmqpLogin:
     external: bool = False
 
 
-def amqp_client_context(settings: Settings) -> ssl.SSLContext | None:
+def amqp_client_context(amqp: AmqpSettings) -> ssl.SSLContext | None:
     """The context password logins use on amqps:// (None: aiormq's default)."""
-    if not any(u.strip().startswith("amqps://") for u in settings.amqp_url.split(",")):
+    if not any(u.strip().startswith("amqps://") for u in amqp.amqp_url.split(",")):
         return None
-    return build_client_context(
-        None, None, settings.tls_amqp_ca_file, check_hostname=settings.tls_amqp_verify_hostname
-    )
+    return build_client_context(None, None, amqp.tls_amqp_ca_file, check_hostname=amqp.tls_amqp_verify_hostname)
 
 
 class CertificateSigner:
@@ -162,19 +161,21 @@ def _load_chain(context: ssl.SSLContext, pem: bytes) -> None:
 class CertLogin:
     """Resolves a verified client certificate to its RabbitMQ login."""
 
-    def __init__(self, settings: Settings) -> None:
-        self.login_from = settings.ssl_cert_login_from
+    def __init__(self, cert_login: CertLoginSettings, amqp: AmqpSettings) -> None:
+        """``settings.cert_login``, and ``settings.amqp`` for how the signed certificates'
+        connections check RabbitMQ's own certificate."""
+        self.login_from = cert_login.ssl_cert_login_from
         self.signer: CertificateSigner | None = None
-        self._credentials_file = settings.tls_amqp_credentials_file
+        self._credentials_file = cert_login.tls_amqp_credentials_file
         self._credentials: dict[str, tuple[str, str]] = {}
-        if settings.tls_amqp_auth == "external":
-            assert settings.tls_amqp_signer_cert_file and settings.tls_amqp_signer_key_file
+        if cert_login.tls_amqp_auth == "external":
+            assert cert_login.tls_amqp_signer_cert_file and cert_login.tls_amqp_signer_key_file
             self.signer = CertificateSigner(
-                settings.tls_amqp_signer_cert_file,
-                settings.tls_amqp_signer_key_file,
-                hours=settings.tls_amqp_cert_hours,
-                ca_file=settings.tls_amqp_ca_file,
-                verify_hostname=settings.tls_amqp_verify_hostname,
+                cert_login.tls_amqp_signer_cert_file,
+                cert_login.tls_amqp_signer_key_file,
+                hours=cert_login.tls_amqp_cert_hours,
+                ca_file=amqp.tls_amqp_ca_file,
+                verify_hostname=amqp.tls_amqp_verify_hostname,
             )
         else:
             self.reload()

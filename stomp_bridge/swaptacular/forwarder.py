@@ -25,9 +25,7 @@ import logging
 import random
 import ssl
 
-import aiormq
-import aiormq.exceptions as amqp_exc
-
+from stomp_bridge.amqp.consumer import QueueConsumer
 from stomp_bridge.swaptacular.certlogin import amqp_client_context
 from stomp_bridge.swaptacular.manifest import Manifest
 from stomp_bridge.protocol.errors import StompError
@@ -75,8 +73,7 @@ class Forwarder:
             before = self.forwarded
             try:
                 await self._connection(stop)
-            except (ForwardError, StompError, OSError, ssl.SSLError, amqp_exc.AMQPError,
-                    asyncio.TimeoutError) as exc:
+            except (ForwardError, StompError, OSError, ssl.SSLError, asyncio.TimeoutError) as exc:
                 log.warning("forwarding interrupted; reconnecting", extra={"error": str(exc) or repr(exc),
                                                                              "retry_in": round(delay, 2)})
             if stop.is_set():
@@ -91,17 +88,12 @@ class Forwarder:
 
     async def _connection(self, stop: asyncio.Event) -> None:
         s = self.settings
-        url = self.amqp_url
-        sep = "&" if "?" in url else "?"
-        amqp = await asyncio.wait_for(
-            aiormq.connect(f"{url}{sep}heartbeat={s.amqp_heartbeat}", context=self.amqp_context,
-                           client_properties={"connection_name": "stomp-bridge forward"}),
-            s.amqp_connect_timeout,
+        amqp = await QueueConsumer.open(
+            self.amqp_url, prefetch=s.swpt_forward_window, client_name="stomp-bridge forward",
+            heartbeat=s.amqp_heartbeat, timeout=s.amqp_connect_timeout, context=self.amqp_context,
         )
         writer: asyncio.StreamWriter | None = None
         try:
-            channel = await amqp.channel()
-            await channel.basic_qos(prefetch_count=s.swpt_forward_window)
             host, port = self.manifest.choose_server(self.rng)
             reader, writer = await asyncio.wait_for(
                 asyncio.open_connection(host, port, ssl=self.tls, server_hostname=host),
@@ -118,44 +110,37 @@ class Forwarder:
             if frame.command != "CONNECTED":
                 raise ForwardError(_describe(frame))
             log.info("forwarding", extra={"peer": f"{host}:{port}", "queue": s.swpt_forward_queue})
-            await self._pump(channel, reader, writer, parser, stop)
+            await self._pump(amqp, reader, writer, parser, stop)
         finally:
             if writer is not None:
                 writer.close()
-            try:
-                await asyncio.wait_for(amqp.close(), 5)  # unacked messages go back to the queue
-            except Exception:  # noqa: BLE001 - the broker may be gone
-                pass
+            await amqp.close()  # unacked messages go back to the queue
 
     async def _pump(
-        self, channel: aiormq.Channel, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+        self, amqp: QueueConsumer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
         parser: FrameParser, stop: asyncio.Event,
     ) -> None:
-        incoming: asyncio.Queue[aiormq.abc.DeliveredMessage] = asyncio.Queue()
         inflight: collections.deque[tuple[int, int, float]] = collections.deque()  # (receipt, tag, sent at)
         loop = asyncio.get_running_loop()
         drained = asyncio.Event()  # set whenever a RECEIPT leaves nothing in flight
-
-        async def on_message(message: aiormq.abc.DeliveredMessage) -> None:
-            incoming.put_nowait(message)
 
         async def send() -> None:
             seq = 0
             destination = self.node["destination"]
             while True:
-                message = await incoming.get()
-                props = message.header.properties
-                tag = message.delivery_tag or 0
-                if not props.message_type:
+                message = await amqp.next()
+                props = message.properties
+                tag = message.delivery_tag
+                if not props.get("message_type"):
                     log.error("message without AMQP type rejected (Swaptacular needs one)",
                               extra={"queue": self.settings.swpt_forward_queue})
-                    await channel.basic_reject(tag, requeue=False)
+                    await amqp.reject(tag, requeue=False)
                     continue
                 seq += 1
                 headers = {
                     "destination": destination,
-                    "type": props.message_type,
-                    "content-type": props.content_type or "application/json",
+                    "type": props["message_type"],
+                    "content-type": props.get("content_type") or "application/json",
                     "persistent": "true",
                     "receipt": str(seq),
                 }
@@ -188,7 +173,7 @@ class Forwarder:
                         last = inflight.popleft()[1]
                         count += 1
                 if last is not None:
-                    await channel.basic_ack(last, multiple=True)
+                    await amqp.ack(last, multiple=True)
                     self.forwarded += count
                 if error is not None:  # after acking what the peer receipted before it
                     raise error
@@ -197,7 +182,7 @@ class Forwarder:
 
         async def stopping() -> None:
             await stop.wait()
-            await channel.basic_cancel(consumer.consumer_tag)
+            await amqp.cancel()
             if inflight:  # let the receipts for what was sent arrive
                 drained.clear()
                 try:
@@ -205,7 +190,7 @@ class Forwarder:
                 except asyncio.TimeoutError:
                     pass
 
-        consumer = await channel.basic_consume(self.settings.swpt_forward_queue, on_message, no_ack=False)
+        await amqp.consume(self.settings.swpt_forward_queue)
         tasks = [asyncio.ensure_future(c) for c in (send(), receive(), stopping())]
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)

@@ -15,10 +15,10 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from stomp_bridge.swaptacular.profile import render
+from stomp_bridge.core.peer import render
 
 if TYPE_CHECKING:
-    from stomp_bridge.settings import Settings
+    from stomp_bridge.settings.sections import SwaptacularSettings
 
 
 class ManifestError(ValueError):
@@ -124,7 +124,7 @@ def dumps(manifest: Manifest) -> str:
     return "\n".join(lines) + "\n"
 
 
-def from_settings(settings: Settings) -> Manifest:
+def from_settings(settings: SwaptacularSettings) -> Manifest:
     """Our node's manifest: what peers need to reach this bridge's Swaptacular listener."""
     if not settings.swpt_servers:
         raise ManifestError(

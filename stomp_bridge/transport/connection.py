@@ -25,12 +25,14 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from stomp_bridge.amqp.pool import AmqpPool
+from stomp_bridge.core.rules import Rules
 from stomp_bridge.logs import log_frame
 from stomp_bridge.metrics import Counters
 from stomp_bridge.protocol.errors import ProtocolError, StompError
 from stomp_bridge.protocol.frames import CLIENT_COMMANDS
 from stomp_bridge.session.session import Session
 from stomp_bridge.session.throttle import LoginThrottle
+from stomp_bridge.session.tracing import Tracing
 from stomp_bridge.settings import Settings
 from stomp_bridge.swaptacular.certlogin import ConnectSecurity
 from stomp_bridge.tls import PeerCertificate
@@ -284,13 +286,14 @@ class Connection:
 
     __slots__ = (
         "counters", "_initial", "link", "settings", "loop", "peer", "last_read", "last_write",
-        "_timers", "_out", "_out_size", "_high", "_abort", "session", "_logging_in", "reading_since",
+        "_timers", "_abort", "session", "core", "_logging_in", "reading_since",
     )
 
     def __init__(
         self,
         link: Link,
         settings: Settings,
+        rules: Rules,
         counters: Counters,
         pool: AmqpPool,
         peer: tuple[str, int] | None = None,
@@ -299,6 +302,7 @@ class Connection:
         peer_cert: PeerCertificate | None = None,
         security: ConnectSecurity | None = None,
         throttle: LoginThrottle | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.counters = counters
         self._initial = initial  # client bytes that arrived with a PROXY protocol header
@@ -316,53 +320,39 @@ class Connection:
         # The live timer of each kind ("connect", "send", "check"): a rescheduled
         # timer replaces its predecessor, so a long-lived connection holds three at most.
         self._timers: dict[str, asyncio.TimerHandle] = {}
-        self._out: list[bytes] = []
-        self._out_size = 0  # bytes in _out
-        self._high = settings.write_buffer_high  # queued for the client past this: read no more
         self._abort: asyncio.TimerHandle | None = None  # a closed link's deadline to drain
         self._logging_in = False  # a CONNECT arrived: connect_timeout no longer applies
         self.session = Session(
-            settings,
-            self._write,
+            rules,
+            pool,
+            counters,
             self._close,
+            open_timeout=settings.amqp_connect_timeout,
             peer=self.peer,
             peer_name=name,
             flush_writes=self._flush_out,
             wait_writable=WriteGate(link),
-            counters=counters,
-            pool=pool,
             credentials=credentials,
             peer_cert=peer_cert,
             security=security,
             throttle=throttle,
+            tracing=tracing,
         )
-        # The session makes its Transactions with the default byte bound; until it passes
-        # max_transaction_bytes itself (the sans-I/O core will), the setting is applied here.
-        self.session.transactions.max_bytes = settings.max_transaction_bytes
-
-    def _write(self, data: bytes) -> None:
-        """Coalesce frames into one socket write.
-
-        Deliveries and receipts arrive one at a time from the AMQP side; a
-        syscall each would dominate the delivery path. The transport loop and
-        the AMQP reader flush at the end of each batch they handle; the
-        ``call_soon`` covers writes from anywhere else (timers, callbacks).
-        """
-        out = self._out
-        if not out:
-            self.loop.call_soon(self._flush_out)
-        out.append(data)
-        self._out_size += len(data)
+        # Frames the core writes are coalesced into one socket write. Deliveries and receipts
+        # arrive one at a time from the AMQP side; a syscall each would dominate the delivery
+        # path. The transport loop and the AMQP reader flush at the end of each batch they
+        # handle; the ``call_soon`` covers writes from anywhere else (timers, callbacks).
+        self.core = self.session.core
+        self.core.wakeup = lambda: self.loop.call_soon(self._flush_out)
 
     def _flush_out(self) -> None:
-        out = self._out
+        out = self.core.out
         if not out:
             return
         if not self.link.is_closing():
             self.counters.bytes_out += self.link.send(out)
             self.last_write = self.loop.time()
         out.clear()
-        self._out_size = 0
 
     async def _until_taken(self) -> None:
         """The client has more than write_buffer_high bytes it has not taken: read none of its
@@ -412,21 +402,21 @@ class Connection:
 
     async def run(self) -> None:
         session = self.session
-        parser = session.parser
+        core = self.core
+        parser = core.parser
         counters = self.counters
         frames_in = counters.frames_in
         read = self.link.read
         debug = log.isEnabledFor(logging.DEBUG)
         link = self.link
-        high = self._high
         started = self.loop.time()
         self._timers["connect"] = self.loop.call_later(self.settings.connect_timeout, self._connect_timeout)
         handled = 0
         try:
-            while not session.closed:
+            while not core.closed:
                 if not link.writable():
                     await self._until_taken()
-                    if session.closed:
+                    if core.closed:
                         break
                 if self._initial:
                     data, self._initial = self._initial, b""
@@ -439,7 +429,7 @@ class Connection:
                 self.last_read = self.loop.time()
                 counters.bytes_in += len(data)
                 parser.feed(data)
-                while not session.closed:
+                while not core.closed:
                     frame = parser.next_frame()
                     if frame is None:
                         break
@@ -456,7 +446,7 @@ class Connection:
                     # per invented command would grow /metrics without bound).
                     frames_in[frame.command if frame.command in CLIENT_COMMANDS else "other"] += 1
                     if debug:
-                        log_frame(log, "in", session.peer_name, frame.command, frame.headers, frame.body)
+                        log_frame(log, "in", self.core.peer_name, frame.command, frame.headers, frame.body)
                     connected_before = session.amqp is not None
                     if not connected_before and (
                         frame.command in LOGIN_COMMANDS or self.settings.implicit_connect
@@ -464,10 +454,12 @@ class Connection:
                         # From here amqp_connect_timeout bounds the wait; other frames before
                         # login get "Illegal command" and leave connect_timeout running.
                         self._logging_in = True
-                    await session.handle(frame)
+                    job = session.handle(frame)
+                    if job is not None:
+                        await session.run(job)
                     if not connected_before and session.amqp is not None:
                         self._start_heartbeats()
-                    if self._out_size >= high:  # one frame's answers (a COMMIT's) filled the mark
+                    if len(core.out) >= FAIR_SHARE:  # one frame's answers (a COMMIT's): as many
                         await self._until_taken()
                 await session.flush()
                 self._flush_out()
@@ -483,17 +475,17 @@ class Connection:
             parser.clear()  # a frame in progress, freed now rather than by the garbage collector
             await session.close()
             await self._link_gone()
-            reason = session.close_reason or "client closed"
+            reason = self.core.close_reason or "client closed"
             counters.connections_closed[reason] += 1
             log.info(
                 "connection closed",
                 extra={
-                    "peer": session.peer_name,
-                    "user": session.user,
-                    "vhost": session.vhost,
+                    "peer": self.core.peer_name,
+                    "user": self.core.user,
+                    "vhost": self.core.vhost,
                     "seconds": round(self.loop.time() - started, 3),
                     "reason": reason,
-                    "detail": session.close_detail,
+                    "detail": self.core.close_detail,
                 },
             )
 
@@ -505,7 +497,7 @@ class Connection:
         self.session.fail(SHUTDOWN)
 
     def _connect_timeout(self) -> None:
-        if self.session.amqp is None and not self.session.closed and not self._logging_in:
+        if self.session.amqp is None and not self.core.closed and not self._logging_in:
             self.session.fail(
                 ProtocolError(
                     "Connect timeout",
@@ -516,7 +508,7 @@ class Connection:
     # -- heart-beats (STOMP 1.1 §Heart-beating) ------------------------------------
 
     def _start_heartbeats(self) -> None:
-        send_ms, recv_ms = self.session.heartbeat
+        send_ms, recv_ms = self.core.heartbeat
         if send_ms:
             self._schedule_send(send_ms / 1000)
         if recv_ms:
@@ -525,20 +517,24 @@ class Connection:
             self._schedule_check(self.settings.idle_timeout, heartbeat=False)
 
     def _schedule_send(self, interval: float) -> None:
-        def beat() -> None:
-            if self.session.closed:
-                return
-            idle = self.loop.time() - self.last_write
-            if idle >= interval * 0.9:
-                self._write(b"\n")
-                idle = 0.0
-            self._timers["send"] = self.loop.call_later(interval - idle, beat)
+        """The plugin's pace (rabbit_heartbeat:start_heartbeat_sender/4): a tick every half
+        interval, and an EOL at a tick when nothing went out since the previous one (always at
+        the first). Half, so that a frame sent just after a tick cannot stretch the silence to
+        nearly twice the interval: a client that checks strictly keeps the connection."""
 
-        self._timers["send"] = self.loop.call_later(interval, beat)
+        def beat(since: float | None) -> None:
+            if self.core.closed:
+                return
+            if since is None or self.last_write <= since:
+                self.core.emit(b"\n")
+                self._flush_out()  # at once: last_write is then this beat's, not a frame's
+            self._timers["send"] = self.loop.call_later(interval / 2, beat, self.last_write)
+
+        self._timers["send"] = self.loop.call_later(interval / 2, beat, None)
 
     def _schedule_check(self, limit: float, *, heartbeat: bool) -> None:
         def check() -> None:
-            if self.session.closed:
+            if self.core.closed:
                 return
             since = self.reading_since
             if since is None:  # not reading: the silence is the bridge's, not the client's
@@ -551,7 +547,7 @@ class Connection:
                     error = ProtocolError(
                         "Heart-beat timeout",
                         f"Nothing received from the client for {silent:.1f} s "
-                        f"(agreed heart-beat {self.session.heartbeat[1]} ms)",
+                        f"(agreed heart-beat {self.core.heartbeat[1]} ms)",
                     )
                 else:
                     error = ProtocolError(

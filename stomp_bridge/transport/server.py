@@ -20,6 +20,7 @@ from stomp_bridge.amqp import probe
 from stomp_bridge.amqp.connect import install as install_amqp
 from stomp_bridge.amqp.connect import make_pool
 from stomp_bridge.amqp.endpoints import Endpoints
+from stomp_bridge.core.rules import Rules
 from stomp_bridge.http import OpsServer
 from stomp_bridge.metrics import Metrics
 from stomp_bridge.protocol.frames import END, END_LF, Frame, serialize
@@ -27,6 +28,7 @@ from stomp_bridge.protocol.proxy import (
     ProxyHeaderParser, ProxyInfo, ProxyProtocolError, ProxyTrust, UntrustedProxy,
 )
 from stomp_bridge.session.throttle import LoginThrottle
+from stomp_bridge.session.tracing import Tracing
 from stomp_bridge.settings import Settings, mask_url
 from stomp_bridge.swaptacular.certlogin import CertLogin, ConnectSecurity, amqp_client_context
 from stomp_bridge.swaptacular.profile import SwaptacularProfile
@@ -46,8 +48,13 @@ BROKER_RETRY = 5.0  # seconds between start-up probes while no node answers
 class BridgeServer:
     """The STOMP listener, the operations endpoint, and the registry of live connections."""
 
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
+    def __init__(self, settings: Settings, *, tracer_provider: Any = None) -> None:
+        self.settings = settings  # whole, for each Connection (its session reads fields of many sections)
+        # The sections the server reads for every client (frozen, fixed for the server's life).
+        self.admission = settings.admission  # connection limits, the PROXY header
+        self.flow = settings.flow  # write_buffer_high of each TCP link
+        self.timeouts = settings.heartbeats  # connect_timeout, for a PROXY header as for CONNECT
+        self.stomp = settings.stomp  # trailing_lf, on the server's own refusals
         self._server: asyncio.base_events.Server | None = None
         self._listeners: list[asyncio.base_events.Server] = []  # every listener, closed together
         self.ws: asyncio.base_events.Server | None = None
@@ -55,39 +62,46 @@ class BridgeServer:
         self._connections: dict[asyncio.Task[Any], Connection] = {}
         self._per_ip: dict[str, int] = {}
         self._closing = False
-        self.endpoints = Endpoints(settings.amqp_url)
-        self.throttle = LoginThrottle(settings.login_failures_per_minute)
+        amqp = settings.amqp
+        self.endpoints = Endpoints(amqp.amqp_url)
+        self.throttle = LoginThrottle(settings.login.login_failures_per_minute)
+        self.rules = Rules.of(settings)  # what every connection's STOMP core reads of the settings
         self.pool = make_pool(  # one per bridge, handed to every session (Connection -> Session)
             self.endpoints,
-            heartbeat=settings.amqp_heartbeat,
-            timeout=settings.amqp_connect_timeout,
-            channels_per_connection=settings.amqp_channels_per_connection,
-            min_connections=settings.amqp_min_connections_per_login,
-            reuse_seconds=settings.amqp_login_reuse_seconds,
-            auto_ack_window=settings.auto_ack_window,
-            login_cache_seconds=settings.amqp_login_cache_seconds,
-            separate_publishers=settings.amqp_separate_publishers,
+            heartbeat=amqp.amqp_heartbeat,
+            timeout=amqp.amqp_connect_timeout,
+            channels_per_connection=amqp.amqp_channels_per_connection,
+            min_connections=amqp.amqp_min_connections_per_login,
+            reuse_seconds=amqp.amqp_login_reuse_seconds,
+            auto_ack_window=self.flow.auto_ack_window,
+            login_cache_seconds=amqp.amqp_login_cache_seconds,
+            separate_publishers=amqp.amqp_separate_publishers,
         )
         self.metrics = Metrics(self._live)
         self.counters = self.metrics.counters
+        # OpenTelemetry spans (tracing=true): OTLP from the settings, or the caller's provider
+        # (a test's in-memory exporter); None when off. Without OpenTelemetry: TracingUnavailable.
+        self.tracing = Tracing.start(settings.telemetry, tracer_provider)
         # Who may send a PROXY header (proxy_protocol): the load balancers, no one else.
-        self.proxy_trust = ProxyTrust.from_cidrs(settings.proxy_protocol_trusted)
+        self.proxy_trust = ProxyTrust.from_cidrs(self.admission.proxy_protocol_trusted)
         self.ops: OpsServer | None = None
         # TLS: one reloadable context for the TLS and wss listeners, and what CONNECT
         # does with a client certificate there.
-        amqp_context = amqp_client_context(settings)
+        amqp_context = amqp_client_context(amqp)
         self.security = ConnectSecurity(amqp_context=amqp_context)
         self.tls: ServerTLS | None = None
         self.tls_security = self.security
         self._tls_server: asyncio.base_events.Server | None = None
         self._tls_watch: asyncio.Task[None] | None = None
         self._broker_watch: asyncio.Task[None] | None = None
-        if settings.tls_port is not None or settings.wss_port is not None:
-            self.tls = ServerTLS(ServerTLSConfig.from_settings(settings))
+        listeners = settings.listeners
+        if listeners.tls_port is not None or listeners.wss_port is not None:
+            self.tls = ServerTLS(ServerTLSConfig.from_settings(settings.tls))
             self.tls.on_handshake_failure = self._tls_handshake_failed
+            cert_login, swaptacular = settings.cert_login, settings.swaptacular
             self.tls_security = ConnectSecurity(
-                cert_login=CertLogin(settings) if settings.ssl_cert_login else None,
-                profile=SwaptacularProfile(settings) if settings.profile == "swaptacular" else None,
+                cert_login=CertLogin(cert_login, amqp) if cert_login.ssl_cert_login else None,
+                profile=SwaptacularProfile(swaptacular) if swaptacular.profile == "swaptacular" else None,
                 amqp_context=amqp_context,
             )
 
@@ -115,52 +129,52 @@ class BridgeServer:
         return self.wss.sockets[0].getsockname()[1] if self.wss is not None else None
 
     async def start(self) -> None:
-        s = self.settings
+        where, ops, tls = self.settings.listeners, self.settings.operations, self.settings.tls
         _raise_fd_limit()
         install_amqp()  # once per process, idempotent: see stomp_bridge.amqp.internals.install
         # workers > 1: every worker process listens on the same ports, the kernel spreads clients
-        reuse_port = s.workers > 1
-        if s.port is not None:
+        reuse_port = ops.workers > 1
+        if where.port is not None:
             self._server = await asyncio.get_running_loop().create_server(
-                functools.partial(self._link, None), s.host, s.port, reuse_port=reuse_port)
+                functools.partial(self._link, None), where.host, where.port, reuse_port=reuse_port)
             self._listeners.append(self._server)
-        if s.tls_port is not None:
+        if where.tls_port is not None:
             assert self.tls is not None
             self._tls_server = await asyncio.get_running_loop().create_server(
                 functools.partial(self._link, self.tls_security),
-                s.host,
-                s.tls_port,
+                where.host,
+                where.tls_port,
                 reuse_port=reuse_port,
                 ssl=self.tls.context,
-                ssl_handshake_timeout=s.connect_timeout,
+                ssl_handshake_timeout=self.timeouts.connect_timeout,
                 # After an ERROR the TLS close waits for the client's close_notify; a client that
                 # never answers must not hold its socket (and AMQP connection) for long.
                 ssl_shutdown_timeout=TLS_SHUTDOWN_TIMEOUT,
             )
             self._listeners.append(self._tls_server)
-        if s.ws_port is not None:
-            self.ws = await websocket.listen(self, s.ws_host, s.ws_port, reuse_port=reuse_port)
+        if where.ws_port is not None:
+            self.ws = await websocket.listen(self, where.ws_host, where.ws_port, reuse_port=reuse_port)
             self._listeners.append(self.ws)
-        if s.wss_port is not None:
+        if where.wss_port is not None:
             assert self.tls is not None
             self.wss = await websocket.listen(
-                self, s.ws_host, s.wss_port, ssl=self.tls.context, reuse_port=reuse_port)
+                self, where.ws_host, where.wss_port, ssl=self.tls.context, reuse_port=reuse_port)
             self._listeners.append(self.wss)
-        if self.tls is not None and s.tls_reload_interval:
-            self._tls_watch = asyncio.ensure_future(self._watch_tls(s.tls_reload_interval))
+        if self.tls is not None and tls.tls_reload_interval:
+            self._tls_watch = asyncio.ensure_future(self._watch_tls(tls.tls_reload_interval))
         self._broker_watch = asyncio.ensure_future(self._watch_broker())
-        if s.http_port is not None:
-            self.ops = OpsServer(s.http_host, s.http_port, self.metrics.render, self.ready)
+        if ops.http_port is not None:
+            self.ops = OpsServer(ops.http_host, ops.http_port, self.metrics.render, self.ready)
             await self.ops.start()
         log.info(
             "stomp-bridge listening",
             extra={
-                "host": s.host,
+                "host": where.host,
                 "port": self.port if self._server is not None else None,
                 "tls_port": self.tls_port if self._tls_server is not None else None,
-                "profile": s.profile,
-                **({"tls_" + k: v for k, v in certificate_summary(s.tls_cert_file).items()}
-                   if self.tls is not None and s.tls_cert_file else {}),
+                "profile": self.settings.swaptacular.profile,
+                **({"tls_" + k: v for k, v in certificate_summary(tls.tls_cert_file).items()}
+                   if self.tls is not None and tls.tls_cert_file else {}),
                 "ws_port": self.ws_port,
                 "wss_port": self.wss_port,
                 "http_port": self.ops.port if self.ops else None,
@@ -210,7 +224,7 @@ class BridgeServer:
         log.info("RabbitMQ answers AMQP now")
 
     def _refusal(self, peer: str | None) -> tuple[str, str] | None:
-        s = self.settings
+        s = self.admission
         if s.max_connections and len(self._connections) >= s.max_connections:
             return "total", f"The bridge holds its limit of {s.max_connections} connections; retry later."
         if peer is not None and s.max_connections_per_ip and self._per_ip.get(peer, 0) >= s.max_connections_per_ip:
@@ -245,7 +259,7 @@ class BridgeServer:
             link.task = asyncio.get_running_loop().create_task(self._handle(link, security))
             link.task.add_done_callback(_log_failure)
 
-        return TcpLink(start, self.settings.write_buffer_high)
+        return TcpLink(start, self.flow.write_buffer_high)
 
     async def _handle(self, link: TcpLink, security: ConnectSecurity | None = None) -> None:
         transport = link.transport
@@ -255,13 +269,13 @@ class BridgeServer:
         peer = (peername[0], peername[1]) if isinstance(peername, tuple) else None
         initial = b""
         ssl_object = transport.get_extra_info("ssl_object")
-        if self.settings.proxy_protocol and ssl_object is None:
+        if self.admission.proxy_protocol and ssl_object is None:
             if not self.proxy_trusted(peer):
                 untrusted = UntrustedProxy(peer[0] if peer is not None else None)
                 self._refuse(link, untrusted.message, untrusted.detail)
                 return
             try:
-                info, initial = await asyncio.wait_for(_read_proxy_header(link), self.settings.connect_timeout)
+                info, initial = await asyncio.wait_for(_read_proxy_header(link), self.timeouts.connect_timeout)
             except (ProxyProtocolError, asyncio.TimeoutError, ConnectionError) as exc:
                 self.counters.connections_refused["proxy_protocol"] += 1
                 detail = exc.detail if isinstance(exc, ProxyProtocolError) else (
@@ -299,9 +313,9 @@ class BridgeServer:
         task = asyncio.current_task()
         assert task is not None
         connection = Connection(
-            link, self.settings, self.counters, self.pool, peer=peer, initial=initial,
+            link, self.settings, self.rules, self.counters, self.pool, peer=peer, initial=initial,
             credentials=credentials, peer_cert=peer_cert, security=security or self.security,
-            throttle=self.throttle,
+            throttle=self.throttle, tracing=self.tracing,
         )
         self._connections[task] = connection
         self.counters.connections_opened += 1
@@ -334,7 +348,7 @@ class BridgeServer:
 
     def _refuse(self, link: Link, message: str, detail: str) -> None:
         headers = {"message": message, "content-type": "text/plain"}
-        end = END_LF if self.settings.trailing_lf else END
+        end = END_LF if self.stomp.trailing_lf else END
         link.send([serialize(Frame("ERROR", headers, detail.encode()), "1.2", end)])
         link.close()
 
@@ -350,7 +364,7 @@ class BridgeServer:
         Connections end through their own loop (EOF after the transport
         closes); whatever has not finished after a second grace is cancelled.
         """
-        grace = self.settings.shutdown_grace if grace is None else grace
+        grace = self.settings.operations.shutdown_grace if grace is None else grace
         self._closing = True
         for listener in self._listeners:
             listener.close()
@@ -378,6 +392,8 @@ class BridgeServer:
             await listener.wait_closed()
         if self.ops is not None:
             await self.ops.close()
+        if self.tracing is not None:  # export the spans still buffered (blocking I/O: off the loop)
+            await asyncio.get_running_loop().run_in_executor(None, self.tracing.shutdown)
 
     async def serve_forever(self) -> None:
         await self.start()

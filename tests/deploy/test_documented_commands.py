@@ -13,6 +13,8 @@ taken part by part. Each part is:
   Listener ports are the one deliberate change: each port a flag names becomes a free one, and
   the WebSocket and HTTP listeners get free ports, so that the run collides with nothing;
 - ``helm install``: rendered with ``helm template`` and the same arguments (no cluster here);
+- ``rabbitmq-plugins enable <plugin>``: run as printed (against the machine's own RabbitMQ node,
+  as a reader's would be), the plugin checked enabled, and disabled again if it was not before;
 - anything else must match an entry of :data:`ALLOWED`, which says why it is not run. A new
   command in the docs fails :func:`test_every_documented_command_is_run_or_allowed` until it is
   run here or listed, and an entry that no longer matches anything fails
@@ -46,6 +48,7 @@ BLOCK = re.compile(r"(?ms)^```(\w+)([^\n]*)\n(.*?)^```")
 TITLE = re.compile(r'title="([^"]+)"')
 ENV_ASSIGNMENT = re.compile(r"^[A-Z_][A-Z0-9_]*=")
 PORT_FLAG = re.compile(r"(--(?:port|tls-port|ws-port|http-port)[ =])(\d+)")
+PLUGIN_ENABLE = re.compile(r"rabbitmq-plugins enable (rabbitmq_\w+)")
 
 # (pattern over one command, comments cut; why it is not run here)
 ALLOWED: list[tuple[str, str]] = [
@@ -61,7 +64,7 @@ ALLOWED: list[tuple[str, str]] = [
      "no Docker here: tests/deploy replays the Dockerfile's build stage, runs the installed entry "
      "point and its HEALTHCHECK, and validates docker-compose.yml with docker-compose config"),
     (r"kubectl .*", "needs a Kubernetes cluster; tests/deploy validates the rendered chart against Kubernetes' schemas"),
-    (r"\.venv/bin/python -m bench .*",
+    (r"\.venv/bin/python -m bench(\.tracing)? .*",
      "a benchmark: minutes of load whose figures go in notes, never in assertions; "
      "tests/integration/test_bench.py runs a short one end to end"),
     (r"\.venv/bin/python -m reliability .*",
@@ -161,10 +164,12 @@ def _words(text: str) -> tuple[list[str], list[str]]:
 
 
 def kind(command: Command) -> str:
-    """``oneshot``, ``server``, ``helm``, ``allowed`` or ``unknown``."""
+    """``oneshot``, ``server``, ``helm``, ``plugin``, ``allowed`` or ``unknown``."""
     for pattern, _ in ALLOWED:
         if re.fullmatch(pattern, command.text):
             return "allowed"
+    if PLUGIN_ENABLE.fullmatch(command.text):
+        return "plugin"
     _, words = _words(command.text)
     if not words:
         return "unknown"
@@ -351,6 +356,30 @@ def test_the_charts_notes_print_a_stomp_bridge_command_that_runs(values, scratch
             text = text.replace(path, str(local))
         done = run_oneshot(Command("helm/stomp-bridge/templates/NOTES.txt", 0, text), scratch)
         assert done.returncode == 0, f"{text}\nexit {done.returncode}\n{done.stdout}{done.stderr}"
+
+
+def _enabled_plugins() -> list[str]:
+    done = subprocess.run(["rabbitmq-plugins", "list", "-E", "-m"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, (
+        "rabbitmq-plugins cannot reach this machine's RabbitMQ node, which the documented "
+        f"rabbitmq-plugins commands address: {done.stderr or done.stdout}")
+    return done.stdout.split()
+
+
+@pytest.mark.integration
+@pytest.mark.rabbitmqctl
+@pytest.mark.parametrize("command", _of("plugin"))
+def test_documented_plugin_command_enables_the_plugin(command):
+    plugin = PLUGIN_ENABLE.fullmatch(command.text).group(1)
+    before = plugin in _enabled_plugins()
+    try:
+        done = subprocess.run(["bash", "-c", command.text], env=_environment(), capture_output=True, text=True,
+                              timeout=180)
+        assert done.returncode == 0, f"{command}\nexit {done.returncode}\n{done.stdout}{done.stderr}"
+        assert plugin in _enabled_plugins()
+    finally:
+        if not before:
+            subprocess.run(["rabbitmq-plugins", "disable", plugin], capture_output=True, timeout=180)
 
 
 # -- the lists stay honest ------------------------------------------------------------------

@@ -113,3 +113,30 @@ def dial():
     yield make
     for conn in opened:
         conn.close()
+
+
+# -- OAuth 2 (rabbitmq_auth_backend_oauth2) ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def oauth_backend(broker):
+    """The 4.x test brokers run the OAuth 2 backend from their start (scripts/rabbitmq4); the
+    machine's 3.x gets it for these tests only (tests/rabbit_oauth.py), and loses it again
+    afterwards. Both with the key and resource server id of tests/tokens.py."""
+    if broker.local is not None and broker.local.name == "system":
+        from tests.rabbit_oauth import oauth2_enabled
+
+        with oauth2_enabled():
+            yield
+    else:
+        yield
+
+
+@pytest.fixture
+def oauth(broker, oauth_backend):
+    """``oauth(subject, expires_in=…)``: a JWT RabbitMQ takes as that user's passcode."""
+    if broker.local is None:
+        pytest.skip("the OAuth 2 tests configure a local broker's backend (scripts/rabbitmq4, rabbitmqctl)")
+    from tests.tokens import token
+
+    return token

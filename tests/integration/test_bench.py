@@ -43,3 +43,23 @@ def test_bench_measures_cpu_per_message_for_bridge_and_rabbitmq(broker, tmp_path
         assert bridge["broker_cpu_us_per_msg_median"] >= 0 and "broker_cpu_us_per_msg_median" in native
     assert report["scenarios"]["send"]["targets"]["bridge"]["cpu_us_per_msg_median"] > 0  # 4,000 SENDs: ticks
     assert "µs/msg" in done.stdout
+
+
+@pytest.mark.skipif(os.environ.get("STOMP_BRIDGE_TEST_TARGET") == "native", reason="the bridge's tracing")
+def test_the_tracing_bench_measures_each_mode_and_every_sampled_span_reaches_its_receiver(broker, tmp_path):
+    """python -m bench.tracing, short: three bridges (off, unsampled, sampled), the CPU per SEND
+    of each, and the sampled one's spans all exported over OTLP to the bench's receiver."""
+    if broker.local is None:
+        pytest.skip("the bench starts its bridges against a local broker (testkit.brokers)")
+    out = tmp_path / "tracing.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.tracing", "--runs", "1", "--messages", "400", "--only", "send",
+         "--broker", broker.local.name, "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert set(report["summary"]["send"]) == {"off", "unsampled", "sampled"}
+    assert all(mode["cpu_us_per_msg"] >= 0 for mode in report["summary"]["send"].values())
+    (sampled,) = report["runs"]["send"]["sampled"]
+    assert sampled["spans"] == sampled["spans_expected"] == 800  # SEND + publish, each

@@ -57,6 +57,27 @@ def test_subscribe_to_a_headers_exchange_binds_with_x_match_and_the_headers(
         assert [consumer.expect("MESSAGE").body for _ in range(3)] == [b"200/eu", b"100/us", b"100/eu"]
 
 
+def test_a_headers_binding_matches_table_entries_never_properties_nor_the_subscriptions_own(
+        bridge, dial, rabbit, headers_exchange):
+    """docs/how-it-maps.md, 'Headers exchanges': the SUBSCRIBE's own headers (id, ack, receipt …)
+    and its x- headers are not binding arguments; a property header (priority) is one, and no
+    STOMP SEND matches it, since a SEND's priority is a property; an extension's header (retain)
+    is a table entry, and matches."""
+    server = bridge(headers_bindings=True)
+    consumer, producer = dial(server), dial(server)
+    consumer.connect()
+    producer.connect()
+    own = {"id": "s", "ack": "client-individual", "receipt": "r", "x-priority": "1", "prefetch-count": "10"}
+    consumer.receipt("SUBSCRIBE", {"destination": f"/exchange/{headers_exchange}", "x-match": "any",
+                                   "priority": "5", "retain": "set", **own}, receipt_id="r")
+    [binding] = rabbit.request("GET", f"/exchanges/%2F/{headers_exchange}/bindings/source")
+    assert binding["arguments"] == {"x-match": "any", "priority": "5", "retain": "set"}
+    producer.receipt("SEND", {"destination": f"/exchange/{headers_exchange}", "priority": "5"}, "a property")
+    producer.receipt("SEND", {"destination": f"/exchange/{headers_exchange}", "retain": "set"}, "a table entry")
+    assert consumer.expect("MESSAGE").body == b"a table entry"
+    consumer.no_frame(0.5)
+
+
 def test_a_bad_x_match_is_an_error_that_keeps_the_connection(bridge, dial, headers_exchange):
     conn = dial(bridge(headers_bindings=True))
     conn.connect()
@@ -187,28 +208,6 @@ def test_a_queue_that_stays_away_ends_in_the_plugins_error(bridge, dial, rabbit,
 # -- OAuth 2 token refresh ------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def oauth_backend(broker):
-    """The 4.x test brokers run the OAuth 2 backend from their start; the machine's 3.x gets it
-    for these tests only (tests/rabbit_oauth.py), and loses it again afterwards."""
-    if broker.local is not None and broker.local.name == "system":
-        from tests.rabbit_oauth import oauth2_enabled
-
-        with oauth2_enabled():
-            yield
-    else:
-        yield
-
-
-@pytest.fixture
-def oauth(broker, oauth_backend):
-    if broker.local is None:
-        pytest.skip("the OAuth 2 tests configure a local broker's backend (scripts/rabbitmq4, rabbitmqctl)")
-    from tests.tokens import token
-
-    return token
-
-
 def test_a_token_sent_on_the_open_connection_outlives_the_first(bridge, dial, oauth):
     """A JWT as the passcode logs in; SEND to /bridge/token hands RabbitMQ a new one
     (connection.update-secret), and the connection lives past the first token's expiry."""
@@ -232,8 +231,8 @@ def test_an_expired_token_ends_the_connection_with_an_error_saying_so(bridge, di
     conn = dial(bridge(), timeout=15)
     conn.connect(login="oauth-user", passcode=oauth("oauth-user", expires_in=2))
     error = conn.error_then_close(timeout=15)  # RabbitMQ closes at the expiry
-    assert error["message"] == "Token expired"
-    assert "Log in again with a new token" in error.text and "/bridge/token" in error.text
+    assert error["message"] == "Credential expired"  # the plugin's (4.3.6), tests/integration/test_login_checks.py
+    assert error.text == "The credential used to authenticate this connection has expired"
 
 
 def test_a_token_for_another_user_is_refused_and_the_connection_ends(bridge, dial, oauth):
@@ -252,6 +251,18 @@ def test_an_empty_token_is_an_error_that_keeps_the_connection(bridge, dial, oaut
     error = conn.expect("ERROR")
     assert "needs the new token as its body" in error.text
     conn.receipt("SEND", {"destination": "/exchange/amq.direct/x"}, "the connection stays")
+
+
+def test_a_password_login_gets_token_refused_from_bridge_token_and_keeps_its_connection(connected):
+    """An internal (password) user's connection: RabbitMQ would take the token and ignore it;
+    the bridge says so instead, and the connection goes on (no token expiry ends it later)."""
+    from tests.tokens import token
+
+    conn = connected()
+    conn.send_frame("SEND", {"destination": "/bridge/token", "receipt": "t"}, token("guest", expires_in=2))
+    error = conn.error_then_usable()
+    assert (error["message"], error["receipt-id"]) == ("Token refused", "t")
+    assert "logged in with a password" in error.text
 
 
 # -- selectors ---------------------------------------------------------------------------
@@ -641,6 +652,41 @@ def test_retained_message_is_delivered_first_to_each_new_subscriber(bridge, dial
         late.connect()
         late.subscribe(f"/topic/{topic}")
         late.no_frame()
+    finally:
+        rabbit.delete_queue(retained_queue("amq.topic", topic))
+
+
+def test_mandatory_bridge_wide_ends_on_a_topic_nobody_hears_and_keeps_no_retained_copy(bridge, dial, rabbit, queues,
+                                                                                      unique):
+    """docs/migration/rabbitmq-plugin.md, 'Mandatory publishing, topics and retained messages':
+    with mandatory=true and retained_messages, a retain:set SEND to a topic with no subscriber is
+    returned: ERROR naming its receipt, the connection ends, the RECEIPT of the SEND before it
+    still comes, and no retained copy is kept; with mandatory:false it is kept for later
+    subscribers."""
+    from stomp_bridge.protocol.features import retained_queue
+
+    topic, queue = f"nobody-{unique}", f"routed-{unique}"
+    queues.append(queue)
+    server = bridge(mandatory=True, retained_messages=True)
+    conn = dial(server)
+    conn.connect()
+    conn.receipt("SUBSCRIBE", {"destination": f"/queue/{queue}", "id": "decl"}, receipt_id="declared")
+    conn.send_frame("SEND", {"destination": f"/queue/{queue}", "receipt": "before"}, "routed")
+    conn.send_frame("SEND", {"destination": f"/topic/{topic}", "retain": "set", "receipt": "retained"}, "price")
+    conn.send_frame("SEND", {"destination": f"/queue/{queue}", "receipt": "after"}, "never receipted")
+    frames = [f for f in conn.read_until_closed() if f.command != "MESSAGE"]
+    assert [(f.command, f["receipt-id"]) for f in frames] == [("RECEIPT", "before"), ("ERROR", "retained")]
+    assert frames[1]["message"] == "Unroutable message"
+    try:
+        assert rabbit.queue(retained_queue("amq.topic", topic)) is None
+        keeper = dial(server)
+        keeper.connect()
+        keeper.receipt("SEND", {"destination": f"/topic/{topic}", "retain": "set", "mandatory": "false"}, "kept",
+                       receipt_id="kept")
+        late = dial(server)
+        late.connect()
+        late.subscribe(f"/topic/{topic}")
+        assert late.expect("MESSAGE").body == b"kept"
     finally:
         rabbit.delete_queue(retained_queue("amq.topic", topic))
 

@@ -43,6 +43,17 @@ def test_server_sends_heart_beats_at_negotiated_interval(raw):
     assert 2 <= count <= 8, count
 
 
+def test_server_heart_beats_come_at_half_the_interval_as_the_plugins_do(raw):
+    """rabbit_heartbeat's sender ticks every half interval and sends at a tick when nothing went
+    out since the previous one: 8 EOLs in 4.25 s of silence at 1000 ms (ticks at 0.5 s ... 4 s),
+    where one per interval would be 4. Half, so a frame sent just after a tick cannot stretch
+    the silence to nearly twice the interval."""
+    conn = raw()
+    assert conn.connect(heart_beat="0,1000")["heart-beat"] == "1000,0"
+    count = _count_heartbeats(conn, 4.25)
+    assert 7 <= count <= 9, count  # a late tick on a busy machine may fall past the window
+
+
 def test_no_heart_beats_when_not_negotiated(raw):
     conn = raw()
     conn.connect(heart_beat="0,0")

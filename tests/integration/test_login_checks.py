@@ -127,36 +127,44 @@ def test_another_session_cannot_take_the_replies_meant_for_a_temp_queue(two_on_o
 
 
 @pytest.mark.skipif(os.environ.get("STOMP_BRIDGE_TEST_TARGET") == "native", reason="a bridge setting")
-def test_password_guessing_is_held_back_per_user_and_address(bridge, dial, rabbit, user):
-    """Bridge-only (the plugin does not limit): after login_failures_per_minute failed logins of
-    one user from one address, even the right password is refused for the rest of the minute,
-    without asking RabbitMQ; another user from the same address logs in."""
+def test_password_guessing_is_held_back_but_never_keeps_the_rightful_user_out(bridge, dial, user):
+    """Bridge-only (the plugin does not limit): 30 guesses at once from one address reach
+    RabbitMQ login_failures_per_minute times; the rest are refused at once (the pair's next turn
+    is 60 s / 3 away or more, longer than a login waits). The user's own client, whose password
+    RabbitMQ accepted before, logs in from the same address after the flood and during the
+    next one, as does another user."""
     server = bridge(login_failures_per_minute=3)
-    for guess in ("a", "b", "c"):
-        conn = dial(server, timeout=15)
-        conn.send_frame("CONNECT", {"accept-version": "1.2", "login": user, "passcode": guess, "host": "/"})
-        assert conn.error_then_close()["message"] == "Bad CONNECT"
-    conn = dial(server)
-    conn.send_frame("CONNECT", {"accept-version": "1.2", "login": user, "passcode": "old-password", "host": "/"})
-    error = conn.error_then_close()
-    assert error["message"] == "Bad CONNECT"
-    assert error.text.startswith(f"Access refused for user '{user}': 3 failed logins from 127.0.0.1 within 60 s")
+    dial(server, timeout=15).connect(login=user, passcode="old-password")  # the rightful client, earlier
+
+    def flood(first: int) -> list[RawStomp]:
+        guessers = [dial(server, timeout=15) for _ in range(30)]
+        for n, conn in enumerate(guessers, first):
+            conn.send_frame("CONNECT", {"accept-version": "1.2", "login": user, "passcode": f"guess-{n}", "host": "/"})
+        return guessers
+
+    errors = [conn.error_then_close() for conn in flood(0)]
+    refused_by_rabbitmq = [e for e in errors if e.text == f"Access refused for user '{user}'"]
+    held = [e.text for e in errors if e not in refused_by_rabbitmq]
+    assert len(refused_by_rabbitmq) == 3 and len(held) == 27, [e.text for e in errors]
+    prefix = f"Access refused for user '{user}': 3 failed logins from 127.0.0.1 within 60 s; try again in "
+    assert all(text.startswith(prefix) and 10 < int(text[len(prefix):-2]) <= 60 for text in held), held
+    assert dial(server, timeout=15).connect(login=user, passcode="old-password")["version"] == "1.2"
+    guessers = flood(30)
+    assert dial(server, timeout=15).connect(login=user, passcode="old-password")["version"] == "1.2"
     assert dial(server).connect()["version"] == "1.2"  # guest, from the same address
+    assert all(conn.error_then_close().text.startswith(prefix) for conn in guessers)
     _, text = get(server, "/metrics")
-    assert "stomp_bridge_logins_throttled_total 1.0" in text
-    assert "stomp_bridge_auth_failures_total 4.0" in text
+    assert "stomp_bridge_logins_throttled_total 57.0" in text
+    assert "stomp_bridge_auth_failures_total 60.0" in text
 
 
-def test_an_expired_token_is_refused_at_the_next_login(raw, broker):
+def test_an_expired_token_is_refused_at_the_next_login(raw, oauth):
     """OAuth 2 (RabbitMQ's rabbitmq_auth_backend_oauth2, a JWT as the passcode): once the token
     has expired, a new login with it is refused, also while sessions that logged in with it
-    earlier share AMQP connections (which RabbitMQ itself closes at the expiry)."""
+    earlier share AMQP connections (which RabbitMQ 4.x closes at the expiry, 3.10 keeps open)."""
     import time
 
-    from tests.tokens import token
-
-    if broker.local is None or broker.local.name == "system":
-        pytest.skip("OAuth 2 is set up on the 4.x test brokers (scripts/rabbitmq4) only")
+    token = oauth
     lifetime = 3
     jwt = token("oauth-user", expires_in=lifetime)
     expires = time.time() + lifetime
@@ -167,3 +175,62 @@ def test_an_expired_token_is_refused_at_the_next_login(raw, broker):
         error = _refused(raw, "oauth-user", jwt)
         assert error.text.rstrip("\n") == "Access refused for user 'oauth-user'"
     assert raw(timeout=15).connect(login="oauth-user", passcode=token("oauth-user"))["version"] == "1.2"
+
+
+# -- CONNECT's credentials, header by header (rabbit_stomp_processor:creds/3) ----------------
+
+
+def test_a_passcode_without_login_is_checked_as_the_default_users(raw):
+    """The plugin fills in a missing login (default_user: guest, on the plugin and the bridge
+    alike) and keeps the passcode that came: a wrong one is refused for that user, never
+    swapped for default_pass."""
+    conn = raw(timeout=15)
+    conn.send_frame("CONNECT", {"accept-version": "1.2", "host": "/", "passcode": "not-guests-password"})
+    error = conn.expect("ERROR")
+    assert error["message"] == "Bad CONNECT"
+    assert error.text.rstrip("\n") == "Access refused for user 'guest'"  # (3.10's plugin ends it with a newline)
+
+
+def test_a_login_without_passcode_gets_the_default_passcode(raw):
+    conn = raw()
+    assert conn.connect(login="guest", passcode=None)["version"] == "1.2"  # default_pass: guest, on both
+    conn.receipt("SEND", {"destination": "/topic/default-passcode"}, "x")
+
+
+@pytest.fixture
+def tokens(oauth):
+    """``tokens(subject, read_only=…, expires_in=…)``: JWTs RabbitMQ takes (every test broker: the
+    machine's 3.10 gets the OAuth 2 backend for these tests, see the ``oauth_backend`` fixture)."""
+    from tests.tokens import RESOURCE_SERVER, token
+
+    def make(subject: str, *, read_only: bool = False, expires_in: float = 3600) -> str:
+        scopes = (f"{RESOURCE_SERVER}.read:*/*",) if read_only else None
+        return token(subject, scopes=scopes, expires_in=expires_in)
+
+    return make
+
+
+def test_a_token_as_passcode_without_login_acts_as_the_tokens_user(raw, tokens, unique, broker):
+    """A JWT as the passcode and no login (stompjs with ``login: null``): RabbitMQ gets the
+    token with the default login, and its OAuth 2 backend makes the token's subject the user.
+    A read-only token's SEND is refused for that user, not receipted as default_user's."""
+    reader = f"reader-{unique}"
+    conn = raw(timeout=15)
+    conn.connect(login=None, passcode=tokens(reader, read_only=True))
+    conn.send_frame("SEND", {"destination": f"/exchange/amq.direct/{unique}", "receipt": "r"}, "not allowed")
+    error = conn.error_then_close()
+    assert error["message"] == "access_refused"
+    write = "" if broker.version.startswith("3.") else "write "  # RabbitMQ's own text; 3.10 names no kind
+    assert error.text == (f"ACCESS_REFUSED - {write}access to exchange 'amq.direct' in vhost '/' refused for "
+                          f"user '{reader}'")
+
+
+def test_an_expired_token_ends_the_connection_with_the_plugins_error(raw, tokens, stomp_target, broker):
+    if stomp_target.native and broker.local.name in ("4.0", "system"):
+        pytest.skip(f"RabbitMQ {broker.version}'s plugin sends nothing at the token's expiry (it refuses the "
+                    "next operation); the bridge ends the connection with 4.3.6's ERROR on every broker")
+    conn = raw(timeout=15)
+    conn.connect(login="oauth-user", passcode=tokens("oauth-user", expires_in=2))
+    error = conn.error_then_close(timeout=15)  # at the expiry: RabbitMQ's close (4.3), the bridge's timer (4.0)
+    assert error["message"] == "Credential expired"
+    assert error.text == "The credential used to authenticate this connection has expired"

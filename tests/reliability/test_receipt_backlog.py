@@ -11,7 +11,7 @@ per confirm, and the receipts' order.
 
 from __future__ import annotations
 
-from stomp_bridge.session.receipts import ReceiptLedger
+from stomp_bridge.core.receipts import ReceiptLedger
 
 
 class _ScanCounting(dict):

@@ -12,8 +12,8 @@ import pytest
 
 from stomp_bridge.protocol import destinations as dest
 from stomp_bridge.protocol.errors import BrokerError, FrameRejected
-from stomp_bridge.session.acks import Unacked, ack_target
-from stomp_bridge.session.subscriptions import Subscription
+from stomp_bridge.core.acks import Unacked, ack_target
+from stomp_bridge.core.subscriptions import Subscription
 
 SESSION = "session-abc"
 

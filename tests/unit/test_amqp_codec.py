@@ -199,3 +199,26 @@ def test_a_large_body_is_framed_as_views_of_the_clients_buffer_not_copied():
     small: list = []
     assert publish_frames(small, 1, "", "q", {"headers": {}}, b"small", 131072) is False
     assert len(small) == 1  # one bytes per small publish: a batch joins cheaply
+
+
+short_or_long = st.one_of(st.text(max_size=70), st.text(min_size=60, max_size=130), st.just("é" * 128))
+
+
+@settings(max_examples=300, deadline=None)
+@given(exchange=short_or_long, routing_key=short_or_long, header=short_or_long, content_type=short_or_long,
+       reply_to=st.one_of(st.none(), short_or_long))
+def test_the_cores_publish_check_refuses_exactly_what_the_codec_refuses(exchange, routing_key, header, content_type,
+                                                                        reply_to):
+    """The core numbers a publish before the driver encodes it, so it must refuse beforehand
+    exactly what the codec would (protocol/headers.publish_problem), in the codec's words."""
+    from stomp_bridge.protocol.headers import publish_problem
+
+    props = {"content_type": content_type, "headers": {header: "v"}}
+    if reply_to is not None:
+        props["reply_to"] = reply_to
+    try:
+        publish_frames([], 1, exchange, routing_key, props, b"x", 131072)
+        refused = None
+    except ValueError as exc:
+        refused = str(exc)
+    assert publish_problem(exchange, routing_key, props) == refused

@@ -48,26 +48,6 @@ def test_version_of_reads_numbers_before_any_suffix() -> None:
     assert internals.version_of("aiormq")[:1] == (internals.AIORMQ_VERSIONS[0][0],)
 
 
-def test_channel_internals_the_fallback_reader_overrides_and_calls() -> None:
-    channel = aiormq.channel.Channel
-    assert _params(channel._get_frame) == ["self"], _why("aiormq Channel._get_frame() changed")
-    assert _params(channel._read_content) == ["self", "frame", "header"], _why(
-        "aiormq Channel._read_content(frame, header) changed"
-    )
-    assert _params(channel._on_deliver_frame) == ["self", "frame"], _why(
-        "aiormq Channel._on_deliver_frame(frame), which the session overrides, changed"
-    )
-    assert _params(channel._on_confirm_frame) == ["self", "frame"], _why(
-        "aiormq Channel._on_confirm_frame(frame), which the session overrides, changed"
-    )
-    assert inspect.iscoroutinefunction(channel._on_deliver_frame), _why("_on_deliver_frame is no longer async")
-    assert inspect.iscoroutinefunction(channel._on_confirm_frame), _why("_on_confirm_frame is no longer async")
-    # DeliveredMessage.body is what read_content returns as the body
-    assert "body" in inspect.signature(aiormq.abc.DeliveredMessage).parameters or hasattr(
-        aiormq.abc.DeliveredMessage, "body"
-    ), _why("aiormq DeliveredMessage has no body")
-
-
 def test_frame_receiver_the_bulk_reader_subclasses() -> None:
     receiver = internals.FrameReceiver
     assert receiver is aiormq.connection.FrameReceiver or issubclass(
@@ -107,6 +87,11 @@ def test_connection_write_queue_and_channel_frame() -> None:
         queue = internals.write_queue(connection)
         assert isinstance(queue, asyncio.Queue) and queue.maxsize > 0, _why(
             "aiormq Connection.write_queue is no longer a bounded asyncio.Queue (the backpressure)"
+        )
+        unblocked = internals.unblocked(connection)
+        assert isinstance(unblocked, asyncio.Event), _why(
+            "aiormq Connection.__connection_unblocked (clear between connection.blocked and "
+            "unblocked) is gone or no longer an asyncio.Event"
         )
     finally:
         loop.close()
@@ -201,20 +186,43 @@ def test_install_is_idempotent() -> None:
     from stomp_bridge.amqp.connect import install
     from stomp_bridge.amqp.reader import BulkFrameReceiver
 
-    assert install() is True
-    assert install() is True
+    install()
+    install()
     assert aiormq.connection.FrameReceiver is BulkFrameReceiver
     assert pamqp.encode.table_integer is internals.table_integer_as_long
     assert internals.installed()
 
 
-def test_install_leaves_aiormq_alone_for_a_receiver_that_is_not_its_subclass() -> None:
+def test_install_refuses_a_receiver_that_is_not_aiormqs_subclass_naming_the_aiormq_needed() -> None:
     class Unrelated:
         pass
 
     before = aiormq.connection.FrameReceiver
-    internals.install(Unrelated)
+    with pytest.raises(internals.UnsupportedAiormq) as refused:
+        internals.install(Unrelated)
     assert aiormq.connection.FrameReceiver is before
+    text = str(refused.value)
+    assert "FrameReceiver" in text and "aiormq>=7.2,<8.0" in text and "pip install 'aiormq>=7.2,<8.0'" in text, text
+
+
+def test_install_refuses_an_aiormq_whose_frame_receiver_moved(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An aiormq that no longer reads frames with connection.FrameReceiver (the class the bridge's
+    reader extends): the bridge must not start, and nothing is half-installed."""
+    from stomp_bridge.amqp.reader import BulkFrameReceiver
+
+    class Moved:
+        pass
+
+    monkeypatch.setattr(aiormq.connection, "FrameReceiver", Moved)
+    stock = pamqp.encode.table_integer
+    monkeypatch.setattr(pamqp.encode, "table_integer", stock)
+    monkeypatch.setattr(internals, "_receiver", None)
+    with pytest.raises(internals.UnsupportedAiormq, match="cannot read AMQP with aiormq"):
+        internals.install(BulkFrameReceiver)
+    assert aiormq.connection.FrameReceiver is Moved and pamqp.encode.table_integer is stock
+    assert not internals.installed()
+    with pytest.raises(RuntimeError, match="reader is not installed"):
+        internals.require_installed()
 
 
 def test_channel_error_is_the_exception_aiormq_raises_for_a_channel_close() -> None:
@@ -224,3 +232,19 @@ def test_channel_error_is_the_exception_aiormq_raises_for_a_channel_close() -> N
     error = internals.channel_error(spec.Channel.Close(reply_code=404, reply_text="NOT_FOUND - no queue 'q'"))
     assert isinstance(error, aiormq.exceptions.ChannelNotFoundEntity), _why("exception_by_code maps 404 otherwise")
     assert "NOT_FOUND - no queue 'q'" in repr(error.args)
+
+
+_CHECK_REFUSAL = r'''
+import aiormq.connection
+aiormq.connection.FrameReceiver = type("FrameReceiver", (), {})  # an aiormq whose reader moved
+from stomp_bridge.cli import main
+raise SystemExit(main(["--port", "0", "--http-port", "0", "--amqp-url", "amqp://guest:guest@127.0.0.1:1/"]))
+'''
+
+
+def test_the_bridge_refuses_to_start_on_an_aiormq_it_cannot_read_with() -> None:
+    """No silent fallback: the command exits, saying which aiormq it needs."""
+    done = subprocess.run([sys.executable, "-c", _CHECK_REFUSAL], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, (done.returncode, done.stderr)
+    assert "stomp-bridge: cannot read AMQP with aiormq" in done.stderr, done.stderr
+    assert "stomp-bridge needs aiormq>=7.2,<8.0 and pamqp>=4.0,<5.0" in done.stderr, done.stderr

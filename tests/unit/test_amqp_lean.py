@@ -96,6 +96,19 @@ async def test_rpc_replies_resolve_their_callers_in_the_order_sent():
     assert isinstance(await bind, spec.Queue.BindOk)
 
 
+async def test_exchange_declare_sends_a_durable_exchange_with_its_arguments_and_takes_declare_ok():
+    """The scheduled-delivery levels: headers exchanges with an alternate exchange each."""
+    channel, socket, _, _ = await opened()
+    declare = asyncio.ensure_future(channel.exchange_declare(
+        "stomp-bridge.delay.3", exchange_type="headers", durable=True, arguments={"alternate-exchange": "x"}))
+    await asyncio.sleep(0)
+    [sent] = socket.methods()
+    assert (sent.exchange, sent.exchange_type, sent.durable, sent.arguments) == (
+        "stomp-bridge.delay.3", "headers", True, {"alternate-exchange": "x"})
+    channel.hooks.on_method(payload(spec.Exchange.DeclareOk()))
+    assert isinstance(await declare, spec.Exchange.DeclareOk)
+
+
 async def test_a_channel_close_from_rabbitmq_fails_what_waits_as_aiormq_would_and_is_answered():
     channel, socket, _, _ = await opened()
     consume = asyncio.ensure_future(channel.basic_consume("missing", None, consumer_tag="T_1"))
@@ -135,10 +148,10 @@ async def test_connection_lost_fails_what_waits_and_a_close_in_progress_ends():
     await channel.close()  # already closed: returns at once
 
 
-async def test_basic_cancel_from_rabbitmq_reaches_the_callbacks_and_get_returns_content_or_empty():
+async def test_basic_cancel_from_rabbitmq_reaches_on_cancel_and_get_returns_content_or_empty():
     channel, socket, _, _ = await opened()
     cancelled = []
-    channel.on_consumer_cancel_callbacks.add(lambda frame: cancelled.append(frame.consumer_tag))
+    channel.on_cancel = cancelled.append
     channel.hooks.on_method(payload(spec.Basic.Cancel(consumer_tag="T_9", nowait=True)))
     assert cancelled == ["T_9"]
     empty = asyncio.ensure_future(channel.basic_get("q"))

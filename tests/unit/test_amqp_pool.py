@@ -15,7 +15,6 @@ from stomp_bridge.protocol.errors import AccessRefused
 class FakeConnection:
     def __init__(self, loop: asyncio.AbstractEventLoop, channel_max: int = 2047, node: str = "a") -> None:
         self.url = SimpleNamespace(host=node, port=5672)  # aiormq's is a yarl URL
-        self.channels: dict[int, object] = {}
         self.connection_tune = SimpleNamespace(channel_max=channel_max)
         self.closing = loop.create_future()
         self.is_closed = False
@@ -189,7 +188,7 @@ def test_channel_numbers_stay_within_channel_max_and_skip_those_still_closing():
         pool = AmqpPool(opener, opener.check, channels_per_connection=10)
         shared = await pool.acquire("u", "p", "/", "c")
         assert shared.cap == 3, "the broker's channel_max wins"
-        shared.connection.channels[1] = object()  # closing: RabbitMQ has not sent close-ok yet
+        shared.sessions[1] = object()  # a lean channel closing: RabbitMQ has not sent close-ok yet
         numbers = []
         for _ in range(2):
             number = shared.free_number()

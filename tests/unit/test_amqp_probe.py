@@ -3,7 +3,7 @@ tests/integration/test_bridge_settings.py)."""
 
 from pamqp import commands, frame
 
-from stomp_bridge.amqp.probe import describe
+from stomp_bridge.amqp.handshake import describe
 
 
 def test_connection_start_is_a_broker():

@@ -72,3 +72,39 @@ def test_every_settings_file_in_the_docs_names_real_settings():
         assert not unknown, f"{where}: not settings: {sorted(unknown)}"
         checked += 1
     assert checked >= 5
+
+
+def _between(text: str, begin: str, end: str) -> str:
+    start = text.index(begin) + len(begin)
+    return text[start:text.index(end, start)]
+
+
+def test_operations_page_lists_every_metric_the_bridge_serves():
+    """The metrics table is generated from metrics.METRICS, which the collector serves from: every
+    family a scrape returns is a row (the counters' ``_total`` names as Prometheus shows them)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from stomp_bridge.metrics import Metrics, reference
+
+    table = _between((ROOT / "docs" / "operations.md").read_text(), "<!-- metrics:begin -->\n", "<!-- metrics:end -->")
+    assert table == reference(), "run `.venv/bin/python scripts/docs-tables.py`"
+    live = {"connections": 1, "receipts_pending": 0, "login_checks": 0, "amqp_connections": 1}
+    served = {family.name for family in text_string_to_metric_families(Metrics(lambda: live).render().decode())}
+    rows = set(re.findall(r"^\| `(stomp_bridge_\w+?)(?:_total)?`", table, re.M))
+    assert served <= rows, f"served but not in docs/operations.md: {sorted(served - rows)}"
+    for name in ("messages_returned", "resubscriptions", "token_updates"):  # once missing from the page
+        assert f"`stomp_bridge_{name}_total`" in table
+
+
+def test_how_it_maps_names_every_send_header_that_becomes_a_property():
+    """The SEND-header table lists PROPERTY_HEADERS; with destination they are every header the
+    plugin keeps out of the headers table (properties_from_send copies all the others)."""
+    from stomp_bridge.protocol import headers
+
+    assert {name for name, _ in headers.PROPERTY_HEADERS} | {"destination"} == headers.NOT_USER_HEADERS
+    table = _between((ROOT / "docs" / "how-it-maps.md").read_text(), "<!-- send-headers:begin -->\n",
+                     "<!-- send-headers:end -->")
+    for name in headers.NOT_USER_HEADERS:
+        assert f"| `{name}` |" in table
+    props = headers.properties_from_send({"destination": "/topic/t", "code": "100", "receipt": "r", "priority": "5"})
+    assert props["headers"] == {"code": "100", "receipt": "r"} and props["priority"] == 5

@@ -13,6 +13,7 @@ that defines it. Dependencies' internals that the hot path needs sit in one modu
 from __future__ import annotations
 
 import ast
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,30 @@ def test_import_contracts_hold() -> None:
     lint = pytest.importorskip("importlinter.cli", reason="pip install -e '.[test]' installs import-linter")
     code = lint.lint_imports(config_filename=str(ROOT / "pyproject.toml"), no_cache=True)
     assert code == 0, "lint-imports found a broken contract (its report is above)"
+
+
+def _contract(name: str) -> dict:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return next(c for c in config["tool"]["importlinter"]["contracts"] if c["name"] == name)
+
+
+def test_only_amqp_knows_aiormq_and_pamqp_everywhere_else() -> None:
+    """The contract lists its source modules by name: a package added later must be added to it,
+    or it could import aiormq unseen. (The root ``__init__`` cannot be listed without listing
+    amqp with it: its imports are checked here.)"""
+    children = {
+        f"stomp_bridge.{path.stem}" for path in PACKAGE.iterdir()
+        if (path.suffix == ".py" and path.name != "__init__.py") or (path / "__init__.py").exists()
+    }
+    listed = set(_contract("only amqp knows aiormq and pamqp")["source_modules"])
+    assert listed == children - {"stomp_bridge.amqp"}, (
+        f"missing from the contract: {sorted(children - listed - {'stomp_bridge.amqp'})}; "
+        f"not packages of stomp_bridge: {sorted(listed - children)}"
+    )
+    root = ast.parse((PACKAGE / "__init__.py").read_text())
+    imported = [alias.name for node in ast.walk(root) if isinstance(node, ast.Import) for alias in node.names]
+    imported += [node.module or "" for node in ast.walk(root) if isinstance(node, ast.ImportFrom)]
+    assert not [name for name in imported if name.split(".")[0] in ("aiormq", "pamqp")]
 
 
 def _private(name: str) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from stomp_bridge.protocol.errors import AccessRefused, ProtocolError
-from stomp_bridge.session import login
+from stomp_bridge.core import login
 from stomp_bridge.settings import Settings
 from stomp_bridge.swaptacular.certlogin import AmqpLogin
 
@@ -31,9 +31,20 @@ def test_a_login_without_passcode_gets_the_default_passcode():
 
 def test_no_login_is_the_default_user_or_a_refusal():
     assert login.credentials(_settings(default_user="d", default_pass="dp"), {}, None, None) == ("d", "dp")
+    assert login.credentials(_settings(default_user="d", default_pass=None), {}, None, None) == ("d", "")
     with pytest.raises(AccessRefused, match="Bad CONNECT") as err:
         login.credentials(_settings(default_user=None), {}, None, None)
     assert err.value.detail == "No login header and no default_user configured on the bridge"
+
+
+def test_a_passcode_without_login_is_kept_and_only_the_login_defaulted():
+    """rabbit_stomp_processor:creds/3 defaults each header on its own: a JWT as the passcode
+    and no login reaches RabbitMQ as (default_user, the JWT), never as default_user's password."""
+    settings = _settings(default_user="d", default_pass="dp")
+    assert login.credentials(settings, {"passcode": "eyJ.token"}, None, None) == ("d", "eyJ.token")
+    assert login.credentials(settings, {"passcode": ""}, None, None) == ("d", "")
+    with pytest.raises(AccessRefused, match="no default_user"):
+        login.credentials(_settings(default_user=None), {"passcode": "eyJ.token"}, None, None)
 
 
 def test_a_certificate_login_wins_over_everything():

@@ -115,3 +115,27 @@ async def test_signer_copies_the_subject_and_caches_per_subject_until_renewal(tm
     now[0] += 0.81 * 3600  # past 80 % of the lifetime: a fresh certificate
     assert await signer.context_for(alice) is not first
     assert signer.signed == 4
+
+
+async def test_cert_login_signs_with_its_section_and_checks_rabbitmq_as_the_amqp_section_says(tmp_path) -> None:
+    """CertLogin takes settings.cert_login and settings.amqp: the signer and lifetime from the one,
+    how the signed certificate's connection checks RabbitMQ (tls_amqp_ca_file,
+    tls_amqp_verify_hostname) from the other."""
+    from stomp_bridge.swaptacular.certlogin import CertLogin
+    from stomp_bridge.tls import PeerCertificate
+
+    signer_ca, rabbit_ca = pki.make_ca("signer"), pki.make_ca("rabbit")
+    signer_cert, signer_key = signer_ca.write(tmp_path, "signer")
+    rabbit_ca_file = tmp_path / "rabbit-ca.pem"
+    rabbit_ca_file.write_bytes(rabbit_ca.cert_pem)
+    settings = Settings(
+        tls_port=0, tls_cert_file="c", tls_key_file="k", tls_ca_file="ca", tls_verify_peer=True,
+        ssl_cert_login=True, tls_amqp_signer_cert_file=signer_cert, tls_amqp_signer_key_file=signer_key,
+        tls_amqp_cert_hours=2, amqp_url="amqps://rabbit:5671/", tls_amqp_ca_file=str(rabbit_ca_file),
+        tls_amqp_verify_hostname=False,
+    )
+    peer = PeerCertificate(b"", pki.name(("CN", "alice")))
+    login = await CertLogin(settings.cert_login, settings.amqp).login(peer)
+    assert login.external and login.context is not None
+    assert login.context.check_hostname is False
+    assert [dict(x[0] for x in ca["subject"])["commonName"] for ca in login.context.get_ca_certs()] == ["rabbit"]

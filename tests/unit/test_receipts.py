@@ -3,7 +3,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stomp_bridge.session.receipts import ReceiptLedger
+from stomp_bridge.core.receipts import ReceiptLedger
 
 
 def ledger():

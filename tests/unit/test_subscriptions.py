@@ -8,7 +8,7 @@ subscription.
 from __future__ import annotations
 
 from stomp_bridge.protocol import destinations as dest
-from stomp_bridge.session.subscriptions import Subscription, part_tag, window_tag
+from stomp_bridge.core.subscriptions import Subscription, part_tag, window_tag
 
 
 def _sub(**kw) -> Subscription:

@@ -8,7 +8,8 @@ from pydantic import ValidationError
 from stomp_bridge.swaptacular.certlogin import ConnectSecurity, load_credentials
 from stomp_bridge.protocol.errors import AccessRefused, ProtocolError
 from stomp_bridge.settings import Settings
-from stomp_bridge.swaptacular.profile import SwaptacularProfile, check_send_headers, render
+from stomp_bridge.core.peer import check_send_headers, render
+from stomp_bridge.swaptacular.profile import SwaptacularProfile
 from stomp_bridge.tls import PeerCertificate
 from tests import pki
 
@@ -100,7 +101,7 @@ async def test_cert_login_refuses_login_headers_beside_a_certificate(tmp_path) -
         tls_port=0, **TLS, tls_verify_peer=True, ssl_cert_login=True, ssl_cert_login_from="common_name",
         tls_amqp_auth="credentials", tls_amqp_credentials_file=str(creds),
     )
-    security = ConnectSecurity(cert_login=CertLogin(settings))
+    security = ConnectSecurity(cert_login=CertLogin(settings.cert_login, settings.amqp))
     peer = _peer(("O", "x"), ("CN", "alice"))
     login, policy = await security.resolve(peer, {}, "1.2")
     assert (login.user, login.password, login.external, policy) == ("amqp-alice", "s3cret", False, None)

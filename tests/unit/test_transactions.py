@@ -10,7 +10,7 @@ import pytest
 
 from stomp_bridge.protocol.errors import FrameRejected
 from stomp_bridge.protocol.frames import Frame
-from stomp_bridge.session.transactions import Transactions, transaction_id
+from stomp_bridge.core.transactions import Transactions, transaction_id
 
 
 def _send(tx: str | None, body: bytes = b"") -> Frame:

@@ -8,6 +8,10 @@ everything the client sent before it. Confirms are tracked by sequence number
 number. (Not ``next(iter(dict))``: CPython walks the deleted slots at the front
 of a dict one by one, which made a backlog of 100,000 publishes cost seconds.)
 No future, task or sort per message. No I/O here: frames go out through ``write``.
+
+A publish RabbitMQ refused (returned or nacked) stops the ledger there (``stop_at``):
+RECEIPTs for frames before it still leave as their publishes are confirmed, none that
+covers it ever does, and ``confirmed_below`` says when every earlier publish is in.
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ class ReceiptLedger:
         self._observe = observe  # seconds from publish to confirm
         self._unconfirmed: dict[int, float] = {}  # sequence number -> when published
         self._low = 1  # no number below this is unconfirmed
-        self._high = 0  # the last number published
+        self.last = 0  # the number of the last publish (0: none yet); read, never written, outside
+        self._stop = 1 << 62  # a refused publish: no RECEIPT covering it or later leaves
         # (last publish it covers, id, frame, what to run once the frame is written)
         # Created with the first held RECEIPT: an empty deque costs ~600 bytes, on each of
         # thousands of idle connections.
@@ -39,7 +44,7 @@ class ReceiptLedger:
 
     def published(self, seq: int) -> None:
         self._unconfirmed[seq] = monotonic()
-        self._high = seq
+        self.last = seq
 
     def receipt(
         self, receipt_id: str, frame: bytes, last_seq: int, then: Callable[[], None] | None = None
@@ -49,7 +54,7 @@ class ReceiptLedger:
         ``then`` runs right after the frame is written (a SUBSCRIBE's first MESSAGEs follow its
         RECEIPT); never if the session ends first.
         """
-        if not self._unconfirmed and not self._held:
+        if not self._unconfirmed and not self._held and last_seq < self._stop:
             self._write(frame)
             if then is not None:
                 then()
@@ -61,7 +66,7 @@ class ReceiptLedger:
     def confirmed(self, tag: int, multiple: bool) -> None:
         unconfirmed, observe = self._unconfirmed, self._observe
         now = monotonic()
-        low, high = self._low, self._high
+        low, high = self._low, self.last
         if multiple:
             while low <= tag and low <= high:
                 sent = unconfirmed.pop(low, None)
@@ -77,7 +82,8 @@ class ReceiptLedger:
         self._low = low
         lowest = low if unconfirmed else None
         held = self._held
-        while held and (lowest is None or held[0][0] < lowest):
+        stop = self._stop
+        while held and (lowest is None or held[0][0] < lowest) and held[0][0] < stop:
             _, _, frame, then = held.popleft()
             self._write(frame)
             if then is not None:
@@ -87,6 +93,17 @@ class ReceiptLedger:
 
     def is_unconfirmed(self, seq: int) -> bool:
         return seq in self._unconfirmed
+
+    def lowest_unconfirmed(self) -> int | None:
+        return self._low if self._unconfirmed else None
+
+    def confirmed_below(self, seq: int) -> bool:
+        """Every publish before ``seq`` is confirmed."""
+        return not self._unconfirmed or self._low >= seq
+
+    def stop_at(self, seq: int) -> None:
+        """Publish ``seq`` was refused: hold every RECEIPT that covers it, for good."""
+        self._stop = min(self._stop, seq)
 
     def receipt_covering(self, tag: int) -> str | None:
         """The id of the first held RECEIPT that waits on publish ``tag`` (to name it in an ERROR)."""

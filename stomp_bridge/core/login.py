@@ -1,7 +1,7 @@
 """CONNECT's decisions, without I/O: who logs in, to which vhost, with which heart-beats,
 and what CONNECTED says.
 
-The session does the I/O around them (the certificate lookup, the login
+The driver does the I/O around them (the certificate lookup, the login
 throttle's bookkeeping, opening the AMQP connection); the order of the checks
 here is the order of the ERRORs a client sees, the plugin's where it has one:
 credentials, then heart-beat, then ``loopback_users``.
@@ -12,16 +12,21 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from stomp_bridge.protocol.connect import heartbeat_seconds, is_loopback, parse_heartbeat
 from stomp_bridge.protocol.errors import AccessRefused
 
 if TYPE_CHECKING:
-    from stomp_bridge.session.throttle import LoginThrottle
-    from stomp_bridge.settings import Settings
-    from stomp_bridge.swaptacular.certlogin import AmqpLogin
-    from stomp_bridge.swaptacular.profile import PeerPolicy
+    from stomp_bridge.core.peer import PeerPolicy
+    from stomp_bridge.core.rules import Rules
+
+
+class AmqpLogin(Protocol):
+    """A client certificate's login to RabbitMQ (``swaptacular.certlogin.AmqpLogin``)."""
+
+    user: str
+    password: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +47,7 @@ def connect_headers(headers: dict[str, str], version: str) -> dict[str, str]:
 
 
 def credentials(
-    settings: Settings,
+    settings: Rules,
     headers: Mapping[str, str],
     cert_login: AmqpLogin | None,
     transport: tuple[str | None, str | None] | None,
@@ -50,7 +55,9 @@ def credentials(
     """(user, passcode), by precedence: the client certificate's login; the credentials the
     transport established (web-stomp's use_http_auth: CONNECT's ``login`` and ``passcode``
     are then ignored, as the plugin's force_default_creds); CONNECT's ``login`` and
-    ``passcode``; the configured default user."""
+    ``passcode``, each replaced by ``default_user`` or ``default_pass`` only where it is
+    missing (rabbit_stomp_processor:creds/3): a passcode without a login (an OAuth 2 token)
+    is checked as it came, never swapped for the default user's password."""
     login = headers.get("login")
     if cert_login is not None:
         return cert_login.user, cert_login.password
@@ -66,24 +73,24 @@ def credentials(
     if login is None:
         if settings.default_user is None:
             raise AccessRefused("Bad CONNECT", "No login header and no default_user configured on the bridge")
-        return settings.default_user, settings.default_pass
+        login = settings.default_user
     return login, headers.get("passcode", settings.default_pass or "")
 
 
-def vhost_for(settings: Settings, host: str) -> str:
+def vhost_for(settings: Rules, host: str) -> str:
     """``host_vhosts``: clients such as stompman always send ``host:<server host name>``, which
     the plugin takes for a vhost name; the map names the vhost instead."""
     mapped = settings.host_vhosts
     return mapped.get(host, host) if mapped else host
 
 
-def requested_vhost(settings: Settings, headers: Mapping[str, str], policy: PeerPolicy | None) -> str:
+def requested_vhost(settings: Rules, headers: Mapping[str, str], policy: PeerPolicy | None) -> str:
     if policy is not None:  # Swaptacular: host names the peer, the vhost is configured
         return policy.vhost
     return vhost_for(settings, headers.get("host", settings.default_vhost))
 
 
-def falls_back(settings: Settings, vhost: str, error: AccessRefused) -> bool:
+def falls_back(settings: Rules, vhost: str, error: AccessRefused) -> bool:
     """``unknown_host_default_vhost`` (opt-in): a host that is not in ``host_vhosts`` and that
     RabbitMQ refused as a vhost logs in to ``default_vhost`` instead."""
     return (
@@ -118,7 +125,7 @@ def negotiate_heartbeat(header: str, minimum: float = 0.0, maximum: float = 0.0)
 
 
 def login_request(
-    settings: Settings,
+    settings: Rules,
     headers: Mapping[str, str],
     *,
     peer: str | None,
@@ -135,7 +142,7 @@ def login_request(
     return LoginRequest(user, passcode or "", vhost, heartbeat)
 
 
-def throttled(throttle: LoginThrottle, peer: str | None, user: str, wait: float) -> AccessRefused:
+def throttled(throttle: Any, peer: str | None, user: str, wait: float) -> AccessRefused:
     """The refusal of a login the throttle holds back for ``wait`` more seconds."""
     return AccessRefused(
         "Bad CONNECT",
@@ -158,3 +165,19 @@ def connected_headers(
 def server_header(broker_version: str, bridge_version: str) -> str:
     # Clients match on "RabbitMQ/"; the comment (STOMP 1.2 grammar) names the bridge.
     return f"RabbitMQ/{broker_version} (stomp-bridge/{bridge_version})"
+
+
+def fallback_vhost(settings: Rules, vhost: str) -> str | None:
+    """The vhost to log in to instead if RabbitMQ refuses ``vhost`` (see :func:`falls_back`)."""
+    if (
+        settings.unknown_host_default_vhost
+        and vhost != settings.default_vhost
+        and vhost not in settings.host_vhosts.values()
+    ):
+        return settings.default_vhost
+    return None
+
+
+def vhost_refused(error: AccessRefused) -> bool:
+    """RabbitMQ refused the vhost (not the credentials)."""
+    return error.detail.startswith("Virtual host")

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 from stomp_bridge.protocol import headers as hdr
 from stomp_bridge.protocol.errors import BrokerError, FrameRejected
-from stomp_bridge.session.subscriptions import Subscription
+from stomp_bridge.core.subscriptions import StreamPosition, Subscription
 
 
 def ack_target(headers: Mapping[str, str], command: str, version: str, session_id: str) -> tuple[str, int]:
@@ -36,10 +36,11 @@ def ack_target(headers: Mapping[str, str], command: str, version: str, session_i
 class Unacked:
     """The client's outstanding deliveries, by delivery tag, in delivery order."""
 
-    __slots__ = ("by_tag",)
+    __slots__ = ("by_tag", "moved")
 
     def __init__(self) -> None:
         self.by_tag: dict[int, Subscription] = {}
+        self.moved: list[StreamPosition] = []  # named stream subscriptions an ACK/NACK moved
 
     def __len__(self) -> int:
         return len(self.by_tag)
@@ -58,8 +59,13 @@ class Unacked:
             raise BrokerError("precondition_failed", f"PRECONDITION_FAILED - unknown delivery tag {delivery_tag}")
         if sub.multiple:
             for tag in [t for t in unacked if t <= delivery_tag]:
-                unacked.pop(tag).unacked -= 1
+                settled = unacked.pop(tag)
+                settled.unacked -= 1
+                if settled.position is not None:
+                    settled.position.settled(tag, self.moved)
             return True
         del unacked[delivery_tag]
         sub.unacked -= 1
+        if sub.position is not None:
+            sub.position.settled(delivery_tag, self.moved)
         return False

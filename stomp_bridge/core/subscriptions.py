@@ -9,7 +9,7 @@ subscription's own id and ACKs work unchanged.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from stomp_bridge.protocol import destinations as dest
@@ -45,6 +45,8 @@ class Subscription:
     # resubscribe_on_cancel: what SUBSCRIBE asked for, to ask again when RabbitMQ cancels
     # (the destinations, SUBSCRIBE's headers, the prefetch); None otherwise.
     again: tuple[list[dest.Destination], dict[str, str], int] | None = None
+    # A named stream subscription's offsets (``core/resume.py``); None for every other one.
+    position: StreamPosition | None = None
 
     def window_full(self) -> bool:
         """The client holds every window's deliveries: time for one consumer more."""
@@ -59,3 +61,34 @@ def part_tag(consumer_tag: str, index: int) -> str:
 def window_tag(consumer_tag: str, number: int) -> str:
     """The consumer tag of a windowed subscription's window ``number`` (1 for the first extra)."""
     return f"{consumer_tag}{WINDOW_TAG_SEPARATOR}{number}"
+
+
+@dataclass(slots=True)
+class StreamPosition:
+    """Where a named stream subscription is (``protocol/resume.py``): the offsets delivered and
+    not settled yet, and the one last stored in its offset queue."""
+
+    queue: str  # the offset queue
+    stream: str
+    name: str
+    stored: int = -1  # the offset last stored (-1: none)
+    unsettled: dict[int, int] = field(default_factory=dict)  # delivery tag -> offset, in delivery order
+    settled_max: int = -1  # the highest offset settled (ack:auto: delivered)
+    due: bool = False  # ack:auto: a store waits for its timer
+    moved: bool = False  # settled more since the last look (listed in Unacked.moved)
+
+    def settled(self, delivery_tag: int, moved: list[StreamPosition]) -> None:
+        offset = self.unsettled.pop(delivery_tag, None)
+        if offset is not None and offset > self.settled_max:
+            self.settled_max = offset
+        if not self.moved:
+            self.moved = True
+            moved.append(self)
+
+    def committed(self) -> int:
+        """The offset up to which every delivery was settled: a resume starts after it. A
+        delivery settled after an unsettled one (client-individual) does not count yet."""
+        unsettled = self.unsettled
+        if not unsettled:
+            return self.settled_max
+        return min(self.settled_max, next(iter(unsettled.values())) - 1)

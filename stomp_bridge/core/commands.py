@@ -1,0 +1,174 @@
+"""CONNECT, ACK, NACK, BEGIN, COMMIT, ABORT and DISCONNECT: one handler each (see context.py).
+
+SEND is in ``send.py``, SUBSCRIBE and UNSUBSCRIBE in ``subscribe.py``. A handler that needs
+nothing of RabbitMQ (ACK, BEGIN …) is a plain function; the others are generators, or plain
+functions that return one (None: nothing left to do).
+"""
+
+from __future__ import annotations
+
+from stomp_bridge import __version__
+from stomp_bridge.core import login, resume
+from stomp_bridge.core.acks import ack_target
+from stomp_bridge.core.context import OPEN, Context, Steps, log
+from stomp_bridge.core.plans import (
+    Ack, Disconnect, Flush, Nack, OpenAmqp, Opened, ReceiptsSent, ResolveSecurity,
+)
+from stomp_bridge.core.send import send, token_timer
+from stomp_bridge.core.transactions import transaction_id
+from stomp_bridge.protocol import destinations as dest
+from stomp_bridge.protocol import features
+from stomp_bridge.protocol import headers as hdr
+from stomp_bridge.protocol.connect import negotiate_version
+from stomp_bridge.protocol.errors import FrameRejected, ProtocolError, StompError, tp
+from stomp_bridge.protocol.frames import Frame, serialize
+from stomp_bridge.protocol.parser import Limits
+
+_new = tuple.__new__  # a NamedTuple without its Python-level __new__: one per ACK
+
+# -- CONNECT ------------------------------------------------------------------------------
+
+
+def connect(core: Context, frame: Frame, implicit: bool = False) -> Steps:
+    """Log in (the decisions are login.py's), then CONNECTED (none for an implicit connect)."""
+    version = negotiate_version(frame.headers.get("accept-version"))
+    headers = login.connect_headers(frame.headers, version)
+    cert_login, core.policy = yield ResolveSecurity(headers, version)
+    rules = core.rules
+    request = login.login_request(
+        rules, headers, peer=core.peer, cert_login=cert_login, transport=core.credentials, policy=core.policy,
+    )
+    opened: Opened = yield OpenAmqp(
+        request.user, request.passcode, request.vhost, login.fallback_vhost(rules, request.vhost), cert_login,
+    )
+    logged_in(core, opened, request.user, version, request.heartbeat)
+    claims = features.token_claims(request.passcode)
+    core.token_login = claims is not None
+    core.token_subject = claims.get("sub") if claims is not None else None
+    yield from token_timer(core, features.token_expiry(claims))
+    core.client_id = headers.get("client-id")
+    log.info(
+        "client connected",
+        extra={"peer": core.peer_name, "user": request.user, "vhost": opened.vhost, "version": version,
+               "heart_beat": f"{request.heartbeat[0]},{request.heartbeat[1]}", "implicit": implicit},
+    )
+    if implicit:
+        return  # the plugin sends no CONNECTED for an implicit connect
+    server = None if rules.hide_server_info else login.server_header(opened.broker_version_text, __version__)
+    out = login.connected_headers(core.session_id, core.heartbeat, version, server)
+    core.counters.frames_out["CONNECTED"] += 1
+    connected = Frame("CONNECTED", out)
+    if core.trace is not None:
+        core.trace("out", connected)
+    core.emit(serialize(connected, version, core.eol))
+
+
+def logged_in(core: Context, opened: Opened, user: str, version: str, heartbeat: tuple[int, int]) -> None:
+    """RabbitMQ took the login: the broker's rules, the negotiated version, the frame limits of
+    a logged-in client."""
+    rules = core.rules
+    core.state = OPEN
+    core.user, core.vhost = user, opened.vhost
+    core.dest_rules = dest.DestinationRules(rules.default_topic_exchange, opened.dialect, rules.headers_bindings)
+    core.version = version
+    # The plugin's codec unescapes every frame with 1.2 rules whatever the version, and
+    # escapes what it sends the same way; both sides match it.
+    core.parser.version = "1.2"
+    core.parser.limits = Limits(
+        max_frame_size=rules.max_frame_size, max_headers=rules.max_headers, max_header_length=rules.max_header_length,
+    )
+    core.session_id = core.new_session_id()
+    core.heartbeat = heartbeat
+
+
+def already_connected(core: Context, frame: Frame) -> None:
+    raise ProtocolError("Bad CONNECT", "Already connected: CONNECT may be sent once")
+
+
+# -- ACK / NACK ---------------------------------------------------------------------------
+
+
+def ack(core: Context, frame: Frame) -> None:
+    if not core.transactions.hold(frame):
+        core.to_amqp.append(settle(core, frame, "ACK"))
+        if core.unacked.moved:  # a named stream subscription's offset moved
+            resume.settled(core)
+    core.receipt(frame)
+
+
+def nack(core: Context, frame: Frame) -> None:
+    if not core.transactions.hold(frame):
+        core.to_amqp.append(settle(core, frame, "NACK"))
+        if core.unacked.moved:
+            resume.settled(core)
+    core.receipt(frame)
+
+
+def settle(core: Context, frame: Frame, command: str) -> Ack | Nack:
+    """What an ACK or NACK settles (acks.py), as the basic.ack / basic.nack to send."""
+    consumer_tag, delivery_tag = ack_target(frame.headers, command, core.version, core.session_id)
+    if consumer_tag not in core.subscriptions:
+        value = frame.headers[hdr.ack_header_name(core.version)]
+        raise FrameRejected("Subscription not found", f"Message with id {tp(value)} has no subscription")
+    multiple = core.unacked.settle(consumer_tag, delivery_tag)
+    if core.observer is not None:
+        core.observer.settled(delivery_tag, multiple, command)
+    if command == "ACK":
+        return _new(Ack, (delivery_tag, multiple))
+    requeue = hdr.parse_bool(frame.headers.get("requeue"))
+    if requeue is None:
+        requeue = core.rules.default_nack_requeue
+    return Nack(delivery_tag, multiple, requeue)
+
+
+# -- transactions -------------------------------------------------------------------------
+# As in the plugin, a transactional SEND/ACK/NACK is held until COMMIT (transactions.py); a held
+# ACK/NACK is receipted at once, a held SEND when, after COMMIT, RabbitMQ has confirmed it.
+
+
+def begin(core: Context, frame: Frame) -> None:
+    core.transactions.begin(transaction_id(frame.headers, "BEGIN"))
+    core.receipt(frame)
+
+
+def commit(core: Context, frame: Frame) -> Steps:
+    """Run the held frames in order. As in the plugin, one that fails (a bad destination, say)
+    gets its ERROR and the others still run; a fatal error ends it all."""
+    for action in core.transactions.commit(transaction_id(frame.headers, "COMMIT")):
+        try:
+            if action.command == "SEND":
+                steps = send(core, action, committed=True)
+                if steps is not None:
+                    yield from steps
+            else:
+                core.to_amqp.append(settle(core, action, action.command))
+                if core.unacked.moved:
+                    resume.settled(core)
+        except StompError as exc:
+            core.answer(exc, action)
+            if core.state is not OPEN:
+                return
+    core.receipt(frame)
+
+
+def abort(core: Context, frame: Frame) -> None:
+    core.transactions.abort(transaction_id(frame.headers, "ABORT"))
+    core.receipt(frame)
+
+
+# -- DISCONNECT ---------------------------------------------------------------------------
+
+
+def disconnect(core: Context, frame: Frame) -> Steps:
+    """The RECEIPT once everything before it is confirmed; then the driver closes the AMQP side
+    first, so that once the client sees the socket close, RabbitMQ has already requeued its
+    unacknowledged messages and the session's exclusive queues are gone."""
+    stored = resume.store_all(core)  # named stream subscriptions: their offsets as far as they got
+    receipt = frame.headers.get("receipt")
+    if receipt is not None or stored:
+        yield Flush()
+    if receipt is not None:
+        core.queue_receipt(receipt)
+        yield ReceiptsSent()
+    yield Disconnect()
+    core.close()

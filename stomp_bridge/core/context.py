@@ -1,0 +1,388 @@
+"""One STOMP connection's state, and the few primitives every command handler uses. No I/O.
+
+The handlers (``commands.py``, ``send.py``, ``subscribe.py``) are generators: they read and
+change this state, write frames through :meth:`Context.emit`, and ``yield`` a plan
+(``plans.py``) wherever they need RabbitMQ or the driver; the outcome comes back as the value
+of the ``yield``, or as the ``StompError`` it failed with, raised there. A :class:`Job` is one
+such run. A ``StompError`` that leaves a handler is answered in one place, :meth:`answer`,
+and :meth:`fail` is the one place that writes an ERROR frame.
+
+Receipts and refusals. Every publish is numbered (RabbitMQ confirms by number); a RECEIPT
+waits for every publish before its frame (``receipts.py``). A mandatory publish that RabbitMQ
+returns, or a publish it nacks, is *refused*: no RECEIPT that covers it ever leaves, the
+connection reads no more frames, and once every earlier publish is confirmed (so their
+RECEIPTs are out) the ERROR goes and the connection ends.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable, Generator
+from time import monotonic, time
+from typing import Any, NamedTuple
+
+from stomp_bridge.core.acks import Unacked
+from stomp_bridge.core.observer import Observer
+from stomp_bridge.core.plans import Publish
+from stomp_bridge.core.receipts import NOTHING_HELD, ReceiptLedger
+from stomp_bridge.core.rules import Rules
+from stomp_bridge.core.subscriptions import Subscription
+from stomp_bridge.core.transactions import Transactions
+from stomp_bridge.protocol import destinations as dest
+from stomp_bridge.protocol import features
+from stomp_bridge.protocol import headers as hdr
+from stomp_bridge.protocol.connect import SUPPORTED_VERSIONS
+from stomp_bridge.protocol.errors import AccessRefused, FrameRejected, StompError
+from stomp_bridge.protocol.frames import END, END_LF, Frame, receipt_frame, serialize
+from stomp_bridge.protocol.parser import FrameParser, Limits
+
+log = logging.getLogger("stomp_bridge.session")
+
+# The connection's states (``state.py`` has what each command does in each).
+LOGIN = "login"  # waiting for CONNECT
+OPEN = "open"  # logged in
+FAILING = "failing"  # RabbitMQ refused a publish: no more frames read, the ERROR waits for earlier confirms
+CLOSED = "closed"
+
+Steps = Generator[Any, Any, None]  # a handler run: yields plans, gets their outcomes
+_new = tuple.__new__  # a NamedTuple without its Python-level __new__: one per SEND
+
+
+class Sent(NamedTuple):
+    """A mandatory publish RabbitMQ has not confirmed yet (to match a basic.return to its SEND)."""
+
+    seq: int
+    exchange: str
+    routing_key: str
+    destination: str  # the SEND's destination header, for the ERROR
+    receipt: str | None  # the SEND's own receipt, if it asked for one
+
+
+class Job:
+    """One run of a handler: the driver runs ``first``, then ``advance`` with each outcome, until
+    it returns None. A ``StompError`` the handler lets out is answered here (for its frame), so
+    the driver never sees one."""
+
+    __slots__ = ("context", "steps", "frame", "first")
+
+    def __init__(self, context: Context, steps: Steps, frame: Frame | None, first: Any) -> None:
+        self.context = context
+        self.steps = steps
+        self.frame = frame  # None for work of the connection's own (a resubscribe, a window)
+        self.first = first
+
+    def advance(self, result: Any = None, error: StompError | None = None) -> Any:
+        try:
+            if error is None:
+                return self.steps.send(result)
+            return self.steps.throw(error)
+        except StopIteration:
+            return None
+        except StompError as exc:
+            self.context.answer(exc, self.frame)
+            return None
+
+    def cancel(self) -> None:
+        """The connection ended under it."""
+        self.steps.close()
+
+
+def first_step(context: Context, steps: Steps | None, frame: Frame | None) -> Job | None:
+    """Run ``steps`` up to its first plan: None if it needed none (done already)."""
+    if steps is None:
+        return None
+    try:
+        first = steps.send(None)
+    except StopIteration:
+        return None
+    except StompError as exc:
+        context.answer(exc, frame)
+        return None
+    return Job(context, steps, frame, first)
+
+
+class Context:
+    """The state of one STOMP connection (see the module docstring)."""
+
+    __slots__ = (
+        "rules", "counters", "peer", "peer_name", "credentials", "clock", "wall", "new_session_id", "trace",
+        "state", "closed", "version", "session_id", "user", "vhost", "heartbeat", "eol", "parser", "dest_rules",
+        "subscriptions", "unacked", "transactions", "declared_queues", "reply_queues", "exclusive_queues",
+        "client_id", "policy", "token_login", "token_subject", "discard_on_close", "ledger", "mandatory", "refused",
+        "settling", "close_reason", "close_detail", "out", "wakeup", "on_close", "to_amqp", "jobs", "scheduled_exchanges",
+        "observer",
+    )
+
+    def __init__(
+        self,
+        rules: Rules,
+        counters: Any,
+        *,
+        peer: str | None = None,
+        peer_name: str = "",
+        credentials: tuple[str | None, str | None] | None = None,
+        clock: Callable[[], float] = monotonic,
+        wall: Callable[[], float] = time,
+        new_session_id: Callable[[], str] = hdr.new_session_id,
+        trace: Callable[[str, Frame], None] | None = None,
+    ) -> None:
+        self.rules = rules
+        self.counters = counters  # metrics.Counters: plain integers and dicts
+        self.peer = peer  # the client's IP address (loopback_users, the login throttle)
+        self.peer_name = peer_name or peer or ""  # "ip:port", for logs
+        # Login and passcode the transport established (web-stomp's use_http_auth).
+        self.credentials = credentials
+        self.clock = clock  # monotonic seconds (resubscribe deadlines)
+        self.wall = wall  # epoch seconds (token expiry, Apollo's expires/ttl)
+        self.new_session_id = new_session_id
+        self.trace = trace  # (direction, frame): the DEBUG frame log, when on
+        self.state = LOGIN
+        self.closed = False  # state is CLOSED (an attribute: read per frame)
+        self.version = "1.2"  # escaping for frames before negotiation
+        self.session_id = ""
+        self.user = ""
+        self.vhost = ""
+        self.heartbeat: tuple[int, int] = (0, 0)  # (server sends every, server expects every) ms
+        self.eol = END_LF if rules.trailing_lf else END  # what ends every frame we send
+        self.parser = FrameParser(
+            Limits(
+                max_frame_size=rules.max_frame_size_before_login,
+                max_headers=rules.max_headers,
+                max_header_length=rules.max_header_length,
+            )
+        )
+        self.dest_rules = dest.DestinationRules(rules.default_topic_exchange)  # the broker's, once logged in
+        self.subscriptions: dict[str, Subscription] = {}  # by consumer tag
+        self.unacked = Unacked()  # what the client has to ACK, by delivery tag, in order
+        self.transactions = Transactions(
+            rules.max_transactions, rules.max_transaction_actions, rules.max_transaction_bytes
+        )
+        self.declared_queues: set[str] = set()
+        self.reply_queues: dict[str, str] = {}  # /temp-queue/<id> -> queue name
+        # Exclusive queues belong to the AMQP connection, which other sessions may share: the
+        # driver deletes them at the end, so they end with this STOMP connection as under the plugin.
+        self.exclusive_queues: dict[str, bool] = {}  # name -> auto-delete
+        # Queues a failed SUBSCRIBE declared: deleted (on a channel of their own) once it has closed.
+        self.discard_on_close: list[str] = []
+        self.client_id: str | None = None  # Artemis durable subscriptions
+        # Scheduled delivery: None until this session found (or made) the topology; then the
+        # exchanges the ``due`` exchange is bound to.
+        self.scheduled_exchanges: set[str] | None = None
+        self.policy: Any = None  # Swaptacular: core.peer.PeerPolicy once CONNECT bound it
+        self.token_login = False  # the passcode was a JWT (an OAuth 2 login /bridge/token can refresh)
+        self.token_subject: str | None = None  # a JWT passcode's sub: a new token must be its
+        self.ledger = ReceiptLedger(self.emit, counters.confirm_latency.observe)
+        # mandatory publishes not confirmed yet, in order (created with the first: an empty deque
+        # is ~600 bytes per idle connection)
+        self.mandatory: deque[Sent] = NOTHING_HELD  # type: ignore[assignment]
+        self.refused: tuple[int, StompError] | None = None  # the first publish RabbitMQ refused
+        self.settling: dict[int, Callable[[bool], None]] = {}  # Settled plans waiting, by publish
+        self.close_reason = ""
+        self.close_detail = ""
+        # Outputs: frames for the client; the publishes, acks and nacks to send, in order (they
+        # cannot fail: a publish AMQP cannot carry is refused before it is numbered, so nothing
+        # waits on them); work of the connection's own.
+        self.out: list[bytes] = []
+        self.wakeup: Callable[[], None] | None = None  # called when ``out`` stops being empty
+        self.on_close: Callable[[], None] | None = None  # called once, when the connection must end
+        self.to_amqp: list[Any] = []
+        self.jobs: list[Job] = []
+        # Told what happens to each SEND and delivery (observer.py): the driver's tracer, or None.
+        self.observer: Observer | None = None
+
+    # -- frames out ---------------------------------------------------------------------
+
+    def emit(self, data: bytes) -> None:
+        out = self.out
+        if not out and self.wakeup is not None:
+            self.wakeup()
+        out.append(data)
+
+    def data_to_send(self) -> list[bytes]:
+        """The frames written since the last call, in order."""
+        out, self.out = self.out, []
+        return out
+
+    def encode(self, frame: Frame) -> bytes:
+        """Server frames; 1.0 clients get the plugin's (1.2) escaping, the only safe choice."""
+        if self.trace is not None:
+            self.trace("out", frame)
+        version = self.version
+        try:
+            return serialize(frame, "1.2" if version == "1.0" else version, self.eol)
+        except ValueError:  # a raw CR that 1.1 cannot escape
+            return serialize(frame, "1.2", self.eol)
+
+    def deliver(self, headers: dict[str, str], body: bytes, sub: Subscription | None = None) -> None:
+        """One MESSAGE, held with ``sub``'s until its SUBSCRIBE's RECEIPT is out."""
+        self.counters.messages_delivered += 1
+        self.counters.frames_out["MESSAGE"] += 1
+        data = self.encode(Frame("MESSAGE", headers, body))
+        if sub is not None and sub.held is not None:
+            sub.held.append(data)
+        else:
+            self.emit(data)
+
+    def release_held(self, sub: Subscription) -> None:
+        held, sub.held = sub.held, None
+        if held and self.state is not CLOSED:
+            self.emit(b"".join(held))
+
+    # -- receipts and publishes ---------------------------------------------------------
+
+    def receipt(self, frame: Frame) -> None:
+        """The frame's RECEIPT, if it asked for one, once RabbitMQ confirmed all before it."""
+        receipt = frame.headers.get("receipt")
+        if receipt is not None:
+            self.queue_receipt(receipt)
+
+    def queue_receipt(self, receipt: str, then: Callable[[], None] | None = None) -> None:
+        data = None if self.trace is not None else receipt_frame(receipt, self.eol)
+        if data is None:
+            data = self.encode(Frame("RECEIPT", {"receipt-id": receipt}))
+        self.counters.frames_out["RECEIPT"] += 1
+        ledger = self.ledger
+        ledger.receipt(receipt, data, ledger.last, then)
+
+    def publish(self, exchange: str, routing_key: str, properties: dict, body: bytes, mandatory: bool) -> int:
+        """A publish, numbered as RabbitMQ will confirm it (1, 2, 3 … on the session's one
+        publishing channel): RECEIPTs queued after it wait for its confirm."""
+        seq = self.ledger.last + 1
+        self.ledger.published(seq)
+        self.to_amqp.append(_new(Publish, (exchange, routing_key, properties, body, mandatory)))
+        return seq
+
+    def mandatory_sent(self, seq: int, exchange: str, routing_key: str, destination: str,
+                       receipt: str | None) -> None:
+        """Publish ``seq`` is mandatory: a basic.return is matched to it (``machine.returned``)."""
+        if self.mandatory is NOTHING_HELD:
+            self.mandatory = deque()
+        self.mandatory.append(Sent(seq, exchange, routing_key, destination, receipt))
+
+    def when_settled(self, seq: int, callback: Callable[[bool], None]) -> None:
+        """``callback(True)`` once RabbitMQ confirmed publish ``seq``, ``(False)`` if it refused it
+        or the connection ended first."""
+        refused = self.refused
+        if refused is not None and refused[0] <= seq or self.state is CLOSED:
+            callback(False)
+        elif not self.ledger.is_unconfirmed(seq):
+            callback(True)
+        else:
+            self.settling[seq] = callback
+
+    def refuse(self, seq: int, error: StompError) -> None:
+        """RabbitMQ refused publish ``seq`` (returned or nacked it): see the module docstring."""
+        if self.state is CLOSED:
+            return
+        if self.refused is None or seq < self.refused[0]:
+            self.refused = (seq, error)
+        if self.observer is not None:
+            self.observer.refused(seq, error)
+        self.state = FAILING
+        self.ledger.stop_at(seq)
+        for waiting in [s for s in self.settling if s >= seq]:
+            self.settling.pop(waiting)(False)
+        self.fail_if_refused()
+
+    def fail_if_refused(self) -> None:
+        refused = self.refused
+        if refused is not None and self.ledger.confirmed_below(refused[0]):
+            seq, error = refused
+            if error.receipt_id is None:
+                error.receipt_id = self.ledger.receipt_covering(seq)
+            self.fail(error)
+
+    # -- errors -------------------------------------------------------------------------
+
+    def answer(self, exc: StompError, frame: Frame | None) -> None:
+        """``frame`` failed (None: the connection's own work did): its ERROR, and the end of the
+        connection unless the plugin keeps it open after this one (``close_on_error`` ends it
+        after any)."""
+        if frame is None:
+            self.fail(exc)
+            return
+        if exc.receipt_id is None:
+            exc.receipt_id = frame.headers.get("receipt")
+        if self.observer is not None:
+            self.observer.failed(frame, exc)
+        self.fail(exc, close=exc.fatal or self.rules.close_on_error)
+
+    def fail(self, error: StompError, *, close: bool = True) -> None:
+        """The one place an error becomes an ERROR frame; the connection then ends unless
+        ``close=False`` (the plugin's non-fatal errors, see ``protocol/errors.py``)."""
+        if self.state is CLOSED:
+            return
+        headers = {
+            "message": error.message,
+            "content-type": "text/plain",
+            "version": ",".join(SUPPORTED_VERSIONS),
+        }
+        if error.receipt_id is not None:
+            headers["receipt-id"] = error.receipt_id
+        if error.headers:
+            headers.update(error.headers)
+        counters = self.counters
+        counters.errors[error.message] += 1
+        counters.frames_out["ERROR"] += 1
+        if isinstance(error, AccessRefused):
+            counters.auth_failures += 1
+        log.debug(
+            "stomp error sent",
+            extra={"peer": self.peer_name, "error": error.message, "detail": error.detail, "private": error.private},
+        )
+        self.emit(self.encode(Frame("ERROR", headers, error.detail.encode("utf-8"))))
+        if close:
+            self.close(error.message, error.private or error.detail)
+
+    def close(self, reason: str = "", detail: str = "") -> None:
+        """The connection ends (after an ERROR, a DISCONNECT, or the client's going)."""
+        if self.state is CLOSED:
+            return
+        self.state = CLOSED
+        self.closed = True
+        if reason:
+            self.close_reason, self.close_detail = reason, detail
+        self.transactions.clear()
+        self.ledger.release_waiters()  # a DISCONNECT waiting for confirms ends, unreceipted
+        settling, self.settling = self.settling, {}
+        for callback in settling.values():
+            callback(False)
+        if self.on_close is not None:
+            self.on_close()
+
+    # -- destinations -------------------------------------------------------------------
+
+    def destination(self, frame: Frame) -> dest.Destination:
+        value = frame.headers.get("destination")
+        if value is None:
+            raise FrameRejected(
+                "Missing destination", f"\"{frame.command}\" must include a 'destination' header\n"
+            )
+        return dest.parse_destination(value)
+
+    def extended_destinations(self, frame: Frame) -> list[dest.Destination]:
+        """A destination the plugin's parser refused: ``/dsub/<name>``, ``/temp-topic/`` or a
+        composite; otherwise the plugin's own error."""
+        value = frame.headers["destination"]
+        found = features.parse_extended(value, self.client_id, self.session_id)
+        if found is None:
+            dest.parse_destination(value)  # raises the plugin's InvalidDestination
+            raise AssertionError("unreachable: the destination parsed the second time")
+        return found
+
+    def declared(self, plan: dest.QueueDeclare, name: str) -> str:
+        """RabbitMQ declared ``plan``'s queue as ``name``."""
+        if plan.once_per_session:
+            self.declared_queues.add(plan.queue)
+        if plan.exclusive:
+            self.exclusive_queues[name] = plan.auto_delete
+        return name
+
+    # -- the connection's own work ------------------------------------------------------
+
+    def spawn(self, steps: Steps) -> None:
+        """Work that no frame waits for (a resubscribe, one more window): the driver runs it."""
+        job = first_step(self, steps, None)
+        if job is not None:
+            self.jobs.append(job)

@@ -1,0 +1,221 @@
+"""The STOMP core: a connection's decisions with no I/O, in the manner of h11 and websockets.
+
+Inputs are method calls: a client frame (:meth:`StompCore.frame_received`), and what RabbitMQ
+and the driver report (:meth:`~StompCore.delivered`, :meth:`~StompCore.confirmed`,
+:meth:`~StompCore.returned`, :meth:`~StompCore.cancelled`, :meth:`~StompCore.amqp_closed`,
+:meth:`~StompCore.timer_fired`, and each plan's outcome through its :class:`~.context.Job`).
+Outputs are values the driver collects: the frames to write (``data_to_send``), the plans of
+a frame's job, the publishes, acks and nacks to send (``to_amqp``), the connection's own jobs
+(``jobs``), and whether it ended (``closed``, ``on_close``). Nothing here awaits, reads a
+socket or a clock of its own, or knows aiormq: ``tests/unit/test_core.py`` runs every
+command in every state with no broker.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stomp_bridge.core import commands, resume, send, subscribe
+from stomp_bridge.core.context import CLOSED, LOGIN, OPEN, Context, Job, Steps
+from stomp_bridge.core.plans import Ack
+from stomp_bridge.core.state import TRANSITIONS, UNKNOWN, action
+from stomp_bridge.protocol import headers as hdr
+from stomp_bridge.protocol.errors import BrokerError, FrameRejected, StompError, token_expired, tp
+from stomp_bridge.protocol.frames import Frame
+
+
+def not_connected(core: Context, frame: Frame) -> Steps:
+    """A frame before CONNECT: the plugin's ERROR, or (``implicit_connect``) a login with the
+    defaults first, as the plugin's ``implicit_connect`` does, then the frame."""
+    if not core.rules.implicit_connect:
+        raise FrameRejected("Illegal command", "You must log in using CONNECT first")
+    yield from commands.connect(core, Frame("CONNECT", {}), implicit=True)
+    name = action(core.state, frame.command)
+    if name is not None:
+        steps = HANDLERS[name](core, trimmed(core, frame))
+        if steps is not None:
+            yield from steps
+
+
+def bad_command(core: Context, frame: Frame) -> None:
+    raise FrameRejected("Bad command", f"Could not interpret command {tp(frame.command)}\n")
+
+
+def trimmed(core: Context, frame: Frame) -> Frame:
+    """rabbit_stomp_util:trim_headers: 1.0 header values lose leading blanks."""
+    if core.version == "1.0":
+        frame.headers = {k: v.lstrip() for k, v in frame.headers.items()}
+    return frame
+
+
+HANDLERS: dict[str, Any] = {
+    "connect": commands.connect,
+    "already_connected": commands.already_connected,
+    "send": send.send,
+    "subscribe": subscribe.subscribe,
+    "unsubscribe": subscribe.unsubscribe,
+    "ack": commands.ack,
+    "nack": commands.nack,
+    "begin": commands.begin,
+    "commit": commands.commit,
+    "abort": commands.abort,
+    "disconnect": commands.disconnect,
+    "not_connected": not_connected,
+    "bad_command": bad_command,
+}
+
+
+class StompCore(Context):
+    """One STOMP connection's decisions (see the module docstring)."""
+
+    __slots__ = ()
+
+    # -- the client ----------------------------------------------------------------------
+
+    def frame_received(self, frame: Frame) -> Job | None:
+        """Handle one client frame: None when it is done already (the usual case), else the
+        job whose plans the driver runs before it reads the next frame."""
+        state = self.state
+        if state is OPEN:
+            name = TRANSITIONS.get(frame.command, UNKNOWN)[1]
+            if self.version == "1.0":
+                trimmed(self, frame)
+        elif state is LOGIN:
+            name = TRANSITIONS.get(frame.command, UNKNOWN)[0]
+        else:
+            return None  # failing or closed: the client's frames no longer count
+        try:
+            steps = HANDLERS[name](self, frame)
+            if steps is None:
+                return None
+            first = steps.send(None)
+        except StopIteration:
+            return None
+        except StompError as exc:
+            self.answer(exc, frame)
+            return None
+        return Job(self, steps, frame, first)
+
+    def timer_fired(self, name: str) -> None:
+        if name == "token":
+            self.fail(token_expired())
+        elif name.startswith(resume.TIMER_PREFIX):
+            resume.timer_fired(self, name)
+
+    @property
+    def receipts_pending(self) -> int:
+        return self.ledger.held
+
+    # -- RabbitMQ --------------------------------------------------------------------------
+
+    def delivered(self, delivery: tuple) -> None:
+        """basic.deliver: a MESSAGE for the subscription of its consumer tag."""
+        tag, delivery_tag, redelivered, exchange, routing_key, properties, body = delivery
+        sub = self.subscriptions.get(tag)
+        if sub is None or self.state is CLOSED:
+            return
+        headers = hdr.message_headers(
+            sub.consumer_tag, self.session_id, delivery_tag, exchange, routing_key, redelivered, properties,
+            ack=sub.ack and self.version == "1.2",
+        )
+        if sub.filter is not None and not sub.filter(headers):
+            # A selector refused it: acknowledged, so RabbitMQ forgets it (the queue is the
+            # subscription's own) and the prefetch window moves on.
+            if sub.ack:
+                self.to_amqp.append(Ack(delivery_tag, False))
+            return
+        if sub.position is not None:
+            resume.delivered(self, sub, delivery_tag, headers)
+        if sub.ack:
+            self.unacked.delivered(delivery_tag, sub)
+            if sub.window and not sub.growing and sub.window_full():
+                sub.growing = True
+                self.spawn(subscribe.grow(self, sub))
+        if self.observer is not None:
+            self.observer.delivered(sub, delivery_tag, headers, properties)
+        counters = self.counters
+        counters.messages_delivered += 1
+        counters.frames_out["MESSAGE"] += 1
+        data = self.encode(Frame("MESSAGE", headers, body))
+        if sub.held is not None:
+            sub.held.append(data)
+        else:
+            self.emit(data)
+
+    def confirmed(self, tag: int, multiple: bool, nack: bool) -> None:
+        """basic.ack / basic.nack of publish ``tag`` (and all before it if ``multiple``)."""
+        if self.state is CLOSED:
+            return
+        ledger = self.ledger
+        if nack:
+            low = ledger.lowest_unconfirmed()
+            self.refuse(
+                low if multiple and low is not None and low < tag else tag,
+                BrokerError(
+                    "Message rejected",
+                    "RabbitMQ refused (nacked) a published message; no RECEIPT will be sent "
+                    "for it or anything after it. Reconnect and resend unreceipted messages.",
+                    private=f"nack delivery_tag={tag} multiple={multiple}",
+                ),
+            )
+            return
+        if self.observer is not None:  # before the RECEIPTs this confirm lets out
+            self.observer.confirmed(tag, multiple)
+        ledger.confirmed(tag, multiple)
+        sent = self.mandatory
+        while sent and not ledger.is_unconfirmed(sent[0].seq):
+            sent.popleft()
+        settling = self.settling
+        if settling:
+            for seq in [s for s in settling if (s <= tag if multiple else s == tag)]:
+                settling.pop(seq)(True)
+        if self.refused is not None:
+            self.fail_if_refused()
+
+    def returned(self, reply_code: int, reply_text: str, exchange: str, routing_key: str) -> None:
+        """basic.return: RabbitMQ returned a mandatory publish no queue took (before its confirm).
+
+        Returns come in publish order: the message is the first unconfirmed mandatory one to that
+        exchange and key (or, should none match, the first unconfirmed one: naming an earlier SEND
+        only withholds more RECEIPTs, never sends one too many)."""
+        if self.state is CLOSED:
+            return
+        sent = self.mandatory
+        match = next((entry for entry in sent if entry.exchange == exchange and entry.routing_key == routing_key), None)
+        if match is None and sent:
+            match = sent[0]
+        if match is not None:
+            seq, destination, receipt = match.seq, match.destination, match.receipt
+        else:  # cannot happen: only mandatory publishes come back
+            seq, destination, receipt = self.ledger.last, "?", None
+        self.counters.messages_returned += 1
+        self.refuse(
+            seq,
+            BrokerError(
+                "Unroutable message",
+                f"RabbitMQ returned the message sent to '{destination}': {reply_text} (no queue is bound "
+                f"to exchange '{exchange}' with routing key '{routing_key}'). It was not stored, and no "
+                "RECEIPT follows for it or anything sent after it: bind a queue (or send elsewhere), "
+                "then reconnect and resend.",
+                private=f"basic.return {reply_code} {reply_text}",
+                receipt_id=receipt,
+            ),
+        )
+
+    def cancelled(self, consumer_tag: str) -> None:
+        """RabbitMQ cancelled a consumer: see ``subscribe.server_cancelled``."""
+        sub = self.subscriptions.get(consumer_tag)
+        if sub is not None and self.state is not CLOSED:
+            subscribe.server_cancelled(self, sub)
+
+    def amqp_closed(self, error: StompError) -> None:
+        """The channel or its connection closed under the session."""
+        if self.state is not CLOSED:
+            self.counters.amqp_connection_failures += 1
+        self.fail(error)
+
+    # -- the end ---------------------------------------------------------------------------
+
+    def queues_to_delete(self) -> list[str]:
+        """The session's exclusive queues, which must go with it (see ``exclusive_queues``)."""
+        return list(self.exclusive_queues)
