@@ -461,16 +461,31 @@ def _settled(server: Target, timeout: float) -> tuple[int, int | None]:
         time.sleep(0.2)
 
 
+def login_problems(logins: dict) -> list[str]:
+    """Locked out: a fresh login of either user refused. Starved: the attacked user's median more
+    than LOGIN_DEADLINE over the other user's, measured side by side in the same seconds. Not the
+    median against LOGIN_DEADLINE itself: on a 2-core machine shared with other work every login
+    can take over a second, the unattacked user's as the attacked one's (seen in CI: both 1.6 s),
+    which is the machine's speed, not a lockout. The report shows that figure (``in_within_1s``)."""
+    out = []
+    for name, probe in logins.items():
+        if not probe["in"] or probe["in"] < probe["tries"]:
+            out.append(f"{name}: {probe['tries'] - probe['in']} of {probe['tries']} fresh logins refused: {probe}")
+    attacked, other = logins["attacked user"], logins["other user"]
+    if attacked["in"] and other["in"] and attacked["median_s"] > other["median_s"] + LOGIN_DEADLINE:
+        out.append(f"attacked user's logins starved: median {attacked['median_s']} s against the other "
+                   f"user's {other['median_s']} s in the same run")
+    return out
+
+
 def problems(result: dict) -> list[str]:
-    """What the short run in CI asserts: nothing lost, RSS within the bound, both users in."""
+    """What the short run in CI asserts: nothing lost, RSS within the bound, both users in (login_problems)."""
     out = []
     if result["lost"]:
         out.append(f"{result['lost']} receipted messages lost")
     if "bound_mb" in result and result["rss_mb"]["peak"] > result["bound_mb"]:
         out.append(f"RSS peak {result['rss_mb']['peak']} MB over the bound {result['bound_mb']} MB")
-    for name, probe in result["logins"].items():
-        if not probe["got_in"]:
-            out.append(f"{name}: fresh logins refused, or their median over {LOGIN_DEADLINE:g} s: {probe}")
+    out += login_problems(result["logins"])
     if result.get("log_errors"):
         out.append(f"bridge logged {result['log_errors']} errors: {result['last_error']}")
     if result.get("connections_after"):

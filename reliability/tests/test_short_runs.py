@@ -57,11 +57,27 @@ def test_hostile_clients_each_get_their_error_or_close(broker, mgmt):
     assert result["outcomes"]["guess refused by the bridge (throttled)"] > 0
 
 
+def test_the_siege_tells_a_locked_out_or_starved_user_from_a_slow_machine():
+    """The login verdict needs no broker: refusals and a gap against the other user fail, both
+    users slow alike (the machine) does not."""
+    def probe(medians: list[float], refused: int = 0) -> dict:
+        logins = siege.Logins(seconds=medians, refused=["10 failed logins"] * refused)
+        return logins.summary()
+
+    slow = [1.6, 1.7, 1.6]
+    assert siege.login_problems({"attacked user": probe(slow), "other user": probe(slow)}) == []
+    locked = siege.login_problems({"attacked user": probe([0.4], refused=29), "other user": probe([0.5] * 30)})
+    assert locked and "29 of 30 fresh logins refused" in locked[0]
+    starved = siege.login_problems({"attacked user": probe([6.0, 12.0, 7.0]), "other user": probe([0.5] * 3)})
+    assert starved and "starved" in starved[0]
+
+
 def test_hostile_mode_loses_nothing_stays_within_its_rss_bound_and_lets_both_users_in(broker, mgmt):
     """Every attack at once (reliability/siege.py) for 10 s beside a resending publisher and a
     consumer: no receipted message lost; the bridge's peak RSS within what its settings allow
     (siege.rss_bound_mb); fresh logins, once a second, of the user under a password flood from
-    its own address and of another user: none refused, their median within 1 s (Logins.got_in).
+    its own address and of another user: none refused, and the attacked user's median within 1 s of
+    the other user's in the same run (siege.login_problems: the machine's load slows both alike).
     (The first needs a login throttle that cannot be turned against the user it protects:
     issue 30's item 2, the login branch.)"""
     result = asyncio.run(siege.run(broker.amqp_url, mgmt, seconds=10.0))
@@ -69,8 +85,7 @@ def test_hostile_mode_loses_nothing_stays_within_its_rss_bound_and_lets_both_use
     assert result["rss_mb"]["peak"] <= result["bound_mb"], result["rss_mb"]
     assert result["reads_held"] >= siege.ATTACKERS["junk after login"], result  # each flood was stopped
     assert result["attacks"]["transaction flood"]["answers"].get("ERROR Transaction too large"), result
-    assert result["logins"]["other user"]["got_in"], result["logins"]
-    assert result["logins"]["attacked user"]["got_in"], result["logins"]
+    assert siege.login_problems(result["logins"]) == [], result["logins"]
     assert siege.problems(result) == []
 
 
