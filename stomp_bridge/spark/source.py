@@ -291,8 +291,9 @@ class StompStreamReader(_Reader, DataSourceStreamReader, SupportsTriggerAvailabl
         end: dict[str, int] = {}
         for name, tail in tails.items():
             first = begin.get(name, 0)  # a partition added while the query runs: from its first offset
-            if tail is None:  # deleted under the running query
-                self.lost(DataLoss(name, first, None))
+            if tail is None:
+                if name in begin:  # deleted under the running query (once: then dropped from the offsets)
+                    self.lost(DataLoss(name, first, None))
                 continue
             hi = tail + 1
             if self.target is not None:
