@@ -45,7 +45,7 @@ def main(argv: list[str]) -> int:
         rows = df.select("stream_offset").count()
         seconds = time.perf_counter() - start
         result = {"rows": rows, "seconds": seconds, "tasks": df.rdd.getNumPartitions(),
-                  "executors": len(spark.sparkContext._jsc.sc().getExecutorMemoryStatus()) - 1}
+                  "executors": spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1}
     print("RESULT " + json.dumps(result), flush=True)
     spark.stop()
     return 0
