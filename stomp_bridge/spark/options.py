@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
+from stomp_bridge.spark.partitions import parse_offset_map
+
 STREAM_PREFIX = "/amq/queue/"
 DRAIN_PREFIXES = ("/queue/", "/amq/queue/")
 WRITE_PREFIXES = ("/queue/", "/amq/queue/", "/topic/", "/exchange/")
@@ -62,6 +64,31 @@ def _destination(opts: dict[str, str], prefixes: tuple[str, ...], what: str, req
             f"option destination={raw!r} cannot be used for {what}: it must start with "
             + " or ".join(prefixes) + " and name something")
     return raw
+
+
+def _super_stream(opts: dict[str, str]) -> str | None:
+    raw = opts.get("superstream")
+    if raw is None:
+        return None
+    name = raw.strip()
+    if not name or "/" in name:
+        raise OptionError(f"option superStream={raw!r} must be a super stream's name (its exchange), e.g. 'invoices'")
+    if "destination" in opts:
+        raise OptionError("give option superStream or option destination, not both")
+    return name
+
+
+def _partition_list(opts: dict[str, str]) -> tuple[str, ...] | None:
+    raw = opts.get("partitions")
+    if raw is None:
+        return None
+    names = tuple(n.strip() for n in raw.split(",") if n.strip())
+    if not names or any("/" in n for n in names):
+        raise OptionError(f"option partitions={raw!r} must list the partitions' stream names, "
+                          "comma-separated, e.g. 'invoices-0,invoices-1'")
+    if "superstream" not in opts:
+        raise OptionError("option partitions needs option superStream")
+    return names
 
 
 @dataclass(frozen=True)
@@ -144,10 +171,35 @@ class ReadOptions:
     drain_idle: float = 1.0
     json_schema: str | None = None
     json_fail_fast: bool = False
+    super_stream: str | None = None  # read every partition of this super stream
+    partitions: tuple[str, ...] | None = None  # its partitions, if not found by RabbitMQ's naming
+    starting_map: dict | None = None  # startingOffsets as JSON: partition -> offset (-2 earliest, -1 latest)
+    fail_on_data_loss: bool = True
+
+    @property
+    def streams(self) -> str:
+        """What the read names in its messages: the super stream or the destination."""
+        return self.super_stream or self.destination
 
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool = False) -> "ReadOptions":
         opts = _lower(options)
+        super_stream = _super_stream(opts)
+        partitions = _partition_list(opts)
+        starting_map = None
+        raw_start = opts.get("startingoffsets", "").strip()
+        if raw_start.startswith("{"):
+            try:
+                starting_map = parse_offset_map(raw_start, "startingOffsets")
+            except ValueError as exc:
+                raise OptionError(str(exc)) from None
+            opts = {k: v for k, v in opts.items() if k != "startingoffsets"}
+            if "startingtimestamp" in opts:
+                raise OptionError("give startingOffsets or startingTimestamp, not both")
+        if super_stream is not None:
+            if opts.get("mode", "stream").strip().lower() != "stream":
+                raise OptionError("option superStream reads streams: mode must be stream")
+            opts = {**opts, "destination": STREAM_PREFIX + super_stream}  # checked like a stream's
         mode = opts.get("mode", "stream").strip().lower()
         if mode not in ("stream", "drain"):
             raise OptionError(f"option mode={mode!r} must be stream (read a stream queue) or drain (take messages from a queue)")
@@ -194,6 +246,10 @@ class ReadOptions:
             drain_idle=_int(opts, "drainIdleMs", 1000) / 1000,
             json_schema=json_schema,
             json_fail_fast=_bool(opts, "jsonFailFast", False),
+            super_stream=super_stream,
+            partitions=partitions,
+            starting_map=starting_map,
+            fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
         )
 
 
@@ -206,13 +262,33 @@ class WriteOptions:
     receipt_window: int = 100
     transactional: bool = False
     content_type: str | None = None
+    super_stream: str | None = None  # route each row to a partition of this super stream
+    partitions: tuple[str, ...] | None = None
+    routing: str | None = None  # "partitionKey" (hash) or "routingKey" (the exchange's bindings)
 
     @classmethod
     def parse(cls, options: Mapping[str, str], columns: tuple[str, ...] = ()) -> "WriteOptions":
         opts = _lower(options)
-        has_column = "destination" in columns
-        destination = _destination(opts, WRITE_PREFIXES, "writing", required=not has_column)
+        super_stream = _super_stream(opts)
+        partitions = _partition_list(opts)
+        routing = None
+        if super_stream is not None:
+            keys = [c for c in ("partitionKey", "routingKey") if c in columns]
+            if len(keys) != 1:
+                raise OptionError(
+                    "writing to a super stream needs exactly one of the columns partitionKey (hashed as "
+                    "RabbitMQ's stream clients do) or routingKey (routed by the super stream's bindings)")
+            if "destination" in columns:
+                raise OptionError("option superStream routes every row: drop the destination column")
+            routing = keys[0]
+            destination = None
+        else:
+            has_column = "destination" in columns
+            destination = _destination(opts, WRITE_PREFIXES, "writing", required=not has_column)
         return cls(
+            super_stream=super_stream,
+            partitions=partitions,
+            routing=routing,
             destination=destination,
             persistent=_bool(opts, "persistent", True),
             receipt_window=_int(opts, "receiptWindow", 100),

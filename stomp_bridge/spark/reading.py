@@ -8,6 +8,11 @@ chunk that holds ``lo``, so offsets below ``lo`` are skipped here; offsets that
 retention already removed are simply absent (the read starts at the first one
 that still exists).
 
+Data loss: a subscription at ``offset=lo`` whose first message is above ``lo`` means that
+retention removed ``lo`` (and what follows, up to that message) before it was read; an ERROR
+``NOT_FOUND`` means the stream itself is gone. ``read_range`` hands either to its ``lost``
+callback, which fails the task or logs and goes on (option ``failOnDataLoss``).
+
 The tail: STOMP has no "what is the last offset" request. ``probe_tail``
 subscribes at ``last`` (RabbitMQ delivers the last chunk written) and reads
 until the connection has been quiet for ``idle`` seconds; the highest offset
@@ -21,9 +26,10 @@ from __future__ import annotations
 
 import time
 from itertools import chain
-from typing import Iterator
+from typing import Callable, Iterator
 
-from stomp_bridge.spark.client import Frame, StompClient, StompClientError, check
+from stomp_bridge.spark.client import Frame, StompClient, StompClientError, check, describe
+from stomp_bridge.spark.partitions import DataLoss
 
 SUBSCRIPTION = "spark"
 
@@ -40,11 +46,39 @@ def _subscribe(client: StompClient, destination: str, prefetch: int, offset: str
     client.send("SUBSCRIBE", headers)
     early: list[Frame] = []
     while confirm:
-        frame = check(client.expect())
+        frame = _checked(client.expect())
         if frame.command == "RECEIPT":
             break
         early.append(frame)
     return early
+
+
+def missing(frame: Frame) -> bool:
+    """Is this the broker's ERROR for a stream queue that does not exist?"""
+    return frame.command == "ERROR" and "NOT_FOUND" in describe(frame)
+
+
+class StreamMissing(StompClientError):
+    """The stream queue does not exist (RabbitMQ's NOT_FOUND)."""
+
+
+class DataLossError(StompClientError):
+    """Offsets a query needed are gone (failOnDataLoss=true)."""
+
+
+def exists(client: StompClient, destination: str) -> bool:
+    """Does the stream queue exist? (A missing one ends the connection: use a fresh client each time.)"""
+    try:
+        _subscribe(client, destination, 1, "next", confirm=True)
+    except StreamMissing:
+        return False
+    return True
+
+
+def _checked(frame: Frame) -> Frame:
+    if missing(frame):
+        raise StreamMissing(f"the STOMP server sent ERROR: {describe(frame)}")
+    return check(frame)
 
 
 def _ack(client: StompClient, frame: Frame) -> None:
@@ -70,7 +104,7 @@ def probe_tail(client: StompClient, destination: str, prefetch: int, idle: float
     for frame in chain(early, client.frames(idle)):
         if time.monotonic() > stop_at:
             break
-        check(frame)
+        _checked(frame)
         if frame.command != "MESSAGE":
             continue
         tail = max(tail, _offset(frame))
@@ -79,6 +113,17 @@ def probe_tail(client: StompClient, destination: str, prefetch: int, idle: float
             _ack(client, frame)
             unacked = 0
     return tail
+
+
+def first_offset(client: StompClient, destination: str, idle: float) -> int | None:
+    """The first offset still stored in the stream (retention removes from the front), None if
+    none was seen within ``idle`` (an empty stream)."""
+    early = _subscribe(client, destination, 1, "first", confirm=True)
+    for frame in chain(early, client.frames(idle)):
+        _checked(frame)
+        if frame.command == "MESSAGE":
+            return _offset(frame)
+    return None
 
 
 def first_offset_at(client: StompClient, destination: str, timestamp: int, idle: float) -> int | None:
@@ -94,13 +139,17 @@ def first_offset_at(client: StompClient, destination: str, timestamp: int, idle:
     return None
 
 
-def read_range(client: StompClient, destination: str, lo: int, hi: int, prefetch: int) -> Iterator[Frame]:
+def read_range(client: StompClient, destination: str, lo: int, hi: int, prefetch: int,
+               lost: Callable[[DataLoss], None] | None = None, partition: str | None = None) -> Iterator[Frame]:
     """Every MESSAGE with ``lo <= offset < hi``, in offset order.
 
-    Each offset below ``hi`` existed when the range was planned, so the read
-    ends; a stream that delivers nothing for the read timeout raises."""
+    Each offset below ``hi`` existed when the range was planned, so the read ends; a stream that
+    delivers nothing for the read timeout raises. Offsets retention removed since (the first
+    message is above ``lo``) and a stream deleted since go to ``lost`` (with ``partition`` as its
+    name), which raises to fail the task or returns to skip them; without ``lost`` they are skipped."""
     if hi <= lo:
         return
+    name = partition or destination
     _subscribe(client, destination, prefetch, f"offset={lo}")
     unacked, last = 0, None
     wait = client.options.read_timeout
@@ -111,10 +160,16 @@ def read_range(client: StompClient, destination: str, lo: int, hi: int, prefetch
                 f"reading offsets [{lo}, {hi}) of {destination}: nothing arrived for {wait:g} s after offset "
                 f"{last if last is not None else 'none'}; was the stream deleted and created again? "
                 "(raise readTimeoutMs if the broker is only slow)")
+        if missing(frame) and lost is not None:
+            lost(DataLoss(name, lo if last is None else last + 1, None))
+            return
         check(frame)
         if frame.command != "MESSAGE":
             continue
-        offset = last = _offset(frame)
+        offset = _offset(frame)
+        if last is None and offset > lo and lost is not None:
+            lost(DataLoss(name, lo, offset))
+        last = offset
         unacked += 1
         if unacked * 2 >= prefetch:
             _ack(client, frame)

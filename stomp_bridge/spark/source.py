@@ -12,7 +12,9 @@ before a stop).
 
 from __future__ import annotations
 
+import logging
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -28,11 +30,31 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from stomp_bridge.spark.client import StompClient
-from stomp_bridge.spark.options import ConnectionOptions, OptionError, ReadOptions, WriteOptions
+from stomp_bridge.spark.client import StompClient, StompClientError
+from stomp_bridge.spark.options import STREAM_PREFIX, ConnectionOptions, OptionError, ReadOptions, WriteOptions
+from stomp_bridge.spark.partitions import (
+    DataLoss,
+    dump_offsets,
+    fair_shares,
+    partition_for_key,
+    partition_name,
+    plan,
+    split,
+)
 from stomp_bridge.spark.publishing import Publisher
-from stomp_bridge.spark.reading import drain, first_offset_at, probe_tail, read_range
+from stomp_bridge.spark.reading import (
+    DataLossError,
+    StreamMissing,
+    drain,
+    exists,
+    first_offset,
+    first_offset_at,
+    probe_tail,
+    read_range,
+)
 from stomp_bridge.spark.rows import RAW_COLUMNS, RAW_SCHEMA, body_bytes, json_parser, raw_values, row_to_json, send_headers
+
+log = logging.getLogger("stomp_bridge.spark")
 
 
 class StompDataSource(DataSource):
@@ -64,21 +86,14 @@ class StompDataSource(DataSource):
 
 def split_range(lo: int, hi: int, parts: int) -> list[InputPartition]:
     """``[lo, hi)`` in up to ``parts`` contiguous, nearly equal ranges."""
-    count = hi - lo
-    if count <= 0:
-        return []
-    parts = min(parts, count)
-    step, extra = divmod(count, parts)
-    out, start = [], lo
-    for i in range(parts):
-        end = start + step + (1 if i < extra else 0)
-        out.append(InputPartition((start, end)))
-        start = end
-    return out
+    return [InputPartition(r) for r in split(lo, hi, parts)]
 
 
 class _Reader:
-    """What batch and streaming reads share: options, tail probes, turning frames into rows."""
+    """What batch and streaming reads share: options, partitions and their tails, frames to rows.
+
+    Offsets are kept as a map from stream queue name to offset, one entry per partition of a
+    super stream, or one for the stream named by ``destination``."""
 
     def __init__(self, options, schema: StructType, streaming: bool) -> None:
         self.conn = ConnectionOptions.parse(options)
@@ -93,15 +108,111 @@ class _Reader:
         if clash:
             raise OptionError(f"jsonSchema column(s) {', '.join(clash)} clash with the source's own columns; rename them")
         self.json_type = StructType(schema.fields[: len(json_fields)]) if json_fields else None
+        self.single = None if self.opts.super_stream else self.opts.destination[len(STREAM_PREFIX):]
 
-    def tail(self) -> int:
-        with StompClient(self.conn) as client:
-            return probe_tail(client, self.opts.destination, self.opts.prefetch, self.opts.tail_idle)
+    # -- where the partitions are ---------------------------------------------------------
 
-    def offset_at(self, timestamp: int) -> int:
+    def _tail(self, name: str) -> int | None:
+        """The stream's highest offset (-1: empty), None if it does not exist."""
+        try:
+            with StompClient(self.conn) as client:
+                return probe_tail(client, STREAM_PREFIX + name, self.opts.prefetch, self.opts.tail_idle)
+        except StreamMissing as exc:
+            self.why_missing = str(exc)
+            return None
+
+    def _each(self, function, names) -> dict:
+        names = list(names)
+        if len(names) <= 1:
+            return {n: function(n) for n in names}
+        with ThreadPoolExecutor(max_workers=min(8, len(names))) as pool:
+            return dict(zip(names, pool.map(function, names)))
+
+    def tails(self, known=()) -> dict[str, int | None]:
+        """Each partition's tail (None: it does not exist). A super stream's partitions are found
+        by RabbitMQ's naming, ``<name>-0``, ``<name>-1``, ... up to the first missing one after
+        those already ``known`` (or listed in option partitions)."""
+        if self.single is not None:
+            return {self.single: self._tail(self.single)}
+        if self.opts.partitions is not None:
+            return self._each(self._tail, self.opts.partitions)
+        base = self.opts.super_stream
+        count = 1 + max((int(k[len(base) + 1:]) for k in known
+                         if k.startswith(base + "-") and k[len(base) + 1:].isdigit()), default=-1)
+        found = self._each(self._tail, [partition_name(base, i) for i in range(count + 1)])
+        index = count + 1
+        while found[partition_name(base, index - 1)] is not None:
+            found[partition_name(base, index)] = self._tail(partition_name(base, index))
+            index += 1
+        # a missing partition beyond the known ones ends the super stream, not a loss
+        last_known = count - 1
+        return {n: t for n, t in found.items() if t is not None or int(n[len(base) + 1:]) <= last_known}
+
+    def existing(self, known=()) -> dict[str, int]:
+        """The tails of the partitions that exist; a super stream without any fails."""
+        tails = {n: t for n, t in self.tails(known).items() if t is not None}
+        if not tails and self.single is not None:
+            raise StompClientError(self.why_missing)
+        if not tails:
+            raise StompClientError(
+                f"super stream {self.opts.super_stream} has no partitions: no stream queue "
+                f"{partition_name(self.opts.super_stream, 0)}" + (
+                    f" nor any of {', '.join(self.opts.partitions)}" if self.opts.partitions else "")
+                + " (declare it with `rabbitmq-streams add_super_stream`, or list its streams in option partitions)")
+        return tails
+
+    def _first(self, name: str) -> int | None:
         with StompClient(self.conn) as client:
-            found = first_offset_at(client, self.opts.destination, timestamp, self.opts.tail_idle)
-        return self.tail() + 1 if found is None else found
+            return first_offset(client, STREAM_PREFIX + name, self.opts.tail_idle)
+
+    def _at(self, name: str, timestamp: int, tail: int) -> int:
+        with StompClient(self.conn) as client:
+            found = first_offset_at(client, STREAM_PREFIX + name, timestamp, self.opts.tail_idle)
+        return tail + 1 if found is None else found
+
+    def starts(self, tails: dict[str, int]) -> dict[str, int]:
+        """Where a read starts in each partition: startingOffsets (a word, an offset or a JSON map
+        with -2 for earliest and -1 for latest), or startingTimestamp."""
+        o = self.opts
+        spec = {n: o.starting for n in tails}
+        if o.starting_map is not None:
+            spec = {n: {-2: "earliest", -1: "latest"}.get(o.starting_map.get(n, -2), o.starting_map.get(n, -2))
+                    for n in tails}
+
+        def start(name: str) -> int:
+            how, tail = spec[name], tails[name]
+            if how == "earliest":
+                first = self._first(name) if tail >= 0 else None
+                return 0 if first is None else first
+            if how == "latest":
+                return tail + 1
+            if how == "timestamp":
+                return self._at(name, o.starting_timestamp, tail)
+            return how
+
+        return self._each(start, tails)
+
+    # -- offsets as Spark keeps them --------------------------------------------------------
+
+    def dump(self, offsets: dict[str, int]) -> dict:
+        """The checkpoint's JSON: ``{"offset": n}`` for one stream (as before super streams),
+        ``{"<partition>": n, ...}`` for a super stream."""
+        if self.single is not None:
+            return {"offset": int(offsets[self.single])}
+        return dump_offsets(offsets)
+
+    def load(self, offset: dict) -> dict[str, int]:
+        if self.single is not None:
+            return {self.single: int(offset["offset"])}
+        return {str(k): int(v) for k, v in offset.items()}
+
+    # -- reading a range --------------------------------------------------------------------
+
+    def lost(self, loss: DataLoss) -> None:
+        text = loss.message(self.opts.super_stream)
+        if self.opts.fail_on_data_loss:
+            raise DataLossError(text)
+        log.warning("failOnDataLoss=false, skipping: %s", text.split(" To skip")[0])
 
     def rows(self, frames: Iterator) -> Iterator[tuple]:
         if self.json_type is None:
@@ -119,13 +230,17 @@ class _Reader:
             if self.opts.mode == "drain":
                 frames = drain(client, self.opts.destination, partition.value, self.opts.prefetch, self.opts.drain_idle)
             else:
-                lo, hi = partition.value
-                frames = read_range(client, self.opts.destination, lo, hi, self.opts.prefetch)
+                name, lo, hi = partition.value
+                frames = read_range(client, STREAM_PREFIX + name, lo, hi, self.opts.prefetch, self.lost, name)
             yield from self.rows(frames)
+
+    def plan(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+        return [InputPartition(p) for p in plan(start, end, self.opts.num_partitions)]
 
 
 class StompBatchReader(_Reader, DataSourceReader):
-    """A bounded range of a stream, or up to ``maxMessages`` taken from a queue."""
+    """A bounded range of a stream or of every partition of a super stream, or up to
+    ``maxMessages`` taken from a queue."""
 
     def __init__(self, options, schema: StructType) -> None:
         super().__init__(options, schema, streaming=False)
@@ -136,58 +251,67 @@ class StompBatchReader(_Reader, DataSourceReader):
             share, extra = divmod(o.max_messages, o.num_partitions)
             return [InputPartition(share + (1 if i < extra else 0))
                     for i in range(o.num_partitions) if share or i < extra]
-        end = self.tail() + 1
-        lo = {"earliest": 0, "latest": end}.get(o.starting, o.starting)
-        if o.starting == "timestamp":
-            lo = self.offset_at(o.starting_timestamp)
-        hi = end if o.ending == "latest" else o.ending
-        if o.ending == "timestamp":
-            hi = self.offset_at(o.ending_timestamp)
-        return split_range(lo, min(hi, end), o.num_partitions)
+        tails = self.existing()
+        start = self.starts(tails)
+        end = {}
+        for name, tail in tails.items():
+            hi = tail + 1
+            if o.ending == "timestamp":
+                hi = min(hi, self._at(name, o.ending_timestamp, tail))
+            elif o.ending != "latest":
+                hi = min(hi, o.ending)
+            end[name] = max(hi, start[name])
+        return self.plan(start, end)
 
     def read(self, partition: InputPartition) -> Iterator[tuple]:
         return self.read_partition(partition)
 
 
 class StompStreamReader(_Reader, DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Micro-batches of a stream queue; the checkpointed offset is where a restart resumes."""
+    """Micro-batches of a stream queue or a super stream; the checkpointed offsets (one per
+    partition) are where a restart resumes."""
 
     def __init__(self, options, schema: StructType) -> None:
         super().__init__(options, schema, streaming=True)
-        self.target: int | None = None  # Trigger.AvailableNow: never plan past this
+        self.target: dict[str, int] | None = None  # Trigger.AvailableNow: never plan past these
 
     def initialOffset(self) -> dict:
-        start = self.opts.starting
-        if start == "earliest":
-            return {"offset": 0}
-        if start == "latest":
-            return {"offset": self.tail() + 1}
-        if start == "timestamp":
-            return {"offset": self.offset_at(self.opts.starting_timestamp)}
-        return {"offset": start}
+        return self.dump(self.starts(self.existing()))
 
     def getDefaultReadLimit(self) -> ReadLimit:
         n = self.opts.max_messages_per_trigger
         return ReadMaxRows(n) if n else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self.target = self.tail() + 1
+        self.target = {name: tail + 1 for name, tail in self.existing().items()}
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        begin = start["offset"]
-        end = self.target if self.target is not None else self.tail() + 1
+        begin = self.load(start)
+        tails = self.tails(begin)
+        end: dict[str, int] = {}
+        for name, tail in tails.items():
+            first = begin.get(name, 0)  # a partition added while the query runs: from its first offset
+            if tail is None:
+                if name in begin:  # deleted under the running query (once: then dropped from the offsets)
+                    self.lost(DataLoss(name, first, None))
+                continue
+            hi = tail + 1
+            if self.target is not None:
+                hi = min(hi, self.target.get(name, first))
+            end[name] = max(hi, first)
         if isinstance(limit, ReadMaxRows):
-            end = min(end, begin + limit.max_rows)
-        return {"offset": max(end, begin)}
+            shares = fair_shares({n: end[n] - begin.get(n, 0) for n in end}, limit.max_rows)
+            end = {n: begin.get(n, 0) + shares[n] for n in end}
+        return self.dump(end)
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        return split_range(start["offset"], end["offset"], self.opts.num_partitions)
+        return self.plan(self.load(start), self.load(end))
 
     def read(self, partition: InputPartition) -> Iterator[tuple]:
         return self.read_partition(partition)
 
     def commit(self, end: dict) -> None:
-        """Nothing to release: the stream keeps its messages, the checkpoint keeps the offset."""
+        """Nothing to release: the stream keeps its messages, the checkpoint keeps the offsets."""
 
 
 # -- writing -------------------------------------------------------------------------------
@@ -202,7 +326,9 @@ class StompWriter(DataSourceWriter):
     """Each row one SEND; a task returns only after RabbitMQ confirmed all of its rows.
 
     Columns: ``body`` (binary or string; without it the whole row is sent as a
-    JSON object), ``destination`` (else the option), ``headers`` (map)."""
+    JSON object), ``destination`` (else the option), ``headers`` (map). With option
+    ``superStream``: ``partitionKey`` (the partition RabbitMQ's stream clients' hash picks) or
+    ``routingKey`` (the super stream's exchange routes it by its bindings)."""
 
     def __init__(self, options, schema: StructType) -> None:
         columns = tuple(f.name for f in schema.fields)
@@ -214,6 +340,41 @@ class StompWriter(DataSourceWriter):
         if self.has_headers and schema["headers"].dataType.typeName() != "map":
             raise OptionError("column headers must be a map of header name to value, e.g. map<string,string>")
         self.payload_columns = [c for c in columns if c not in ("destination", "headers")]
+        self.partitions = self.find_partitions() if self.opts.routing == "partitionKey" else None
+
+    def find_partitions(self) -> tuple[str, ...]:
+        """On the driver: the super stream's partitions in order (option partitions, or
+        ``<name>-0``, ``<name>-1``, ... up to the first that does not exist)."""
+        o = self.opts
+        if o.partitions is not None:
+            return o.partitions
+        found: list[str] = []
+        while True:
+            name = partition_name(o.super_stream, len(found))
+            with StompClient(self.conn) as client:
+                if not exists(client, STREAM_PREFIX + name):
+                    break
+            found.append(name)
+        if not found:
+            raise StompClientError(
+                f"super stream {o.super_stream} has no partitions: no stream queue {partition_name(o.super_stream, 0)} "
+                "(declare it with `rabbitmq-streams add_super_stream`, or list its streams in option partitions)")
+        return tuple(found)
+
+    def route(self, row) -> str:
+        """Where a row goes: its destination, or its super stream partition."""
+        o = self.opts
+        if o.routing is None:
+            destination = (row["destination"] if self.has_destination else None) or o.destination
+            if destination is None:
+                raise OptionError("a row has no destination: fill the destination column or set option destination")
+            return destination
+        key = row[o.routing]
+        if key is None:
+            raise OptionError(f"a row's {o.routing} is null: every row written to a super stream needs one")
+        if o.routing == "routingKey":
+            return f"/exchange/{o.super_stream}/{key}"
+        return STREAM_PREFIX + self.partitions[partition_for_key(str(key), len(self.partitions))]
 
     def write(self, iterator) -> StompCommitMessage:
         o = self.opts
@@ -227,9 +388,7 @@ class StompWriter(DataSourceWriter):
                 else:
                     record = row.asDict(recursive=True)
                     body = row_to_json({c: record[c] for c in self.payload_columns})
-                destination = (row["destination"] if self.has_destination else None) or o.destination
-                if destination is None:
-                    raise OptionError("a row has no destination: fill the destination column or set option destination")
+                destination = self.route(row)
                 headers = send_headers(row["headers"] if self.has_headers else None, o.persistent, content_type)
                 publisher.publish(destination, body, headers)
             return StompCommitMessage(publisher.finish())

@@ -93,3 +93,44 @@ def consume(stomp_target, destination: str, count: int, headers: dict[str, str] 
             frames.append(frame)
         conn.no_frame(0.3)
         return frames
+
+
+class SuperStreams:
+    """Declares super streams the way ``rabbitmq-streams add_super_stream`` does (a direct exchange
+    with ``x-super-stream: true``, stream queues ``<name>-<n>`` bound with routing key ``<n>`` and
+    ``x-stream-partition-order``), and deletes them after the test."""
+
+    def __init__(self, rabbit) -> None:
+        self.rabbit = rabbit
+        self.exchanges: list[str] = []
+        self.queues: list[str] = []
+
+    def declare(self, name: str, partitions: int) -> str:
+        q = self.rabbit.q
+        self.rabbit.request("PUT", f"/exchanges/%2F/{q(name)}", {
+            "type": "direct", "durable": True, "auto_delete": False, "arguments": {"x-super-stream": True}})
+        self.exchanges.append(name)
+        for i in range(partitions):
+            self.add_partition(name, i)
+        return name
+
+    def add_partition(self, name: str, index: int, arguments: dict | None = None) -> str:
+        queue = f"{name}-{index}"
+        self.rabbit.declare_queue(queue, arguments={"x-queue-type": "stream", **(arguments or {})})
+        self.queues.append(queue)
+        self.rabbit.request("POST", f"/bindings/%2F/e/{self.rabbit.q(name)}/q/{self.rabbit.q(queue)}",
+                            {"routing_key": str(index), "arguments": {"x-stream-partition-order": index}})
+        return queue
+
+    def cleanup(self) -> None:
+        for queue in self.queues:
+            self.rabbit.delete_queue(queue)
+        for exchange in self.exchanges:
+            self.rabbit.delete_exchange(exchange)
+
+
+@pytest.fixture
+def super_streams(rabbit):
+    streams = SuperStreams(rabbit)
+    yield streams
+    streams.cleanup()

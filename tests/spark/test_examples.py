@@ -10,6 +10,7 @@ from types import ModuleType
 
 import pytest
 
+from stomp_bridge.spark.partitions import partition_for_key
 from tests.integration.rawstomp import RawStomp
 from tests.spark.conftest import consume
 
@@ -30,6 +31,7 @@ def _example(name: str) -> ModuleType:
 _example("common")
 bulk_load = _example("bulk_load")
 windowed_aggregation = _example("windowed_aggregation")
+super_stream = _example("super_stream")
 
 
 def _connection_args(stomp_target) -> list[str]:
@@ -77,3 +79,22 @@ def test_bulk_load_publishes_every_row(spark, stream, stomp_target, tmp_path, fm
     assert sorted((json.loads(f.body)["id"], json.loads(f.body)["name"]) for f in got) == [
         (i, f"name-{i}") for i in range(25)]
     assert all(f["persistent"] == "true" for f in got)
+
+
+def test_super_stream_example_writes_by_customer_and_copies_each_partition_once(
+        spark, super_streams, stomp_target, unique, tmp_path):
+    name = super_streams.declare(f"orders-{unique}", 3)
+    connection = _connection_args(stomp_target)
+    args = super_stream.parse_args(["write", *connection, "--super-stream", name, "--rows", "60",
+                                    "--customers", "12"])
+    assert super_stream.write(spark, args) == 60
+    read_args = super_stream.parse_args([
+        "read", *connection, "--super-stream", name, "--output", str(tmp_path / "orders"),
+        "--checkpoint", str(tmp_path / "checkpoint"), "--available-now", "--max-per-trigger", "25"])
+    query = super_stream.start(spark, read_args)
+    query.awaitTermination(180)
+    assert query.exception() is None
+    rows = spark.read.parquet(str(tmp_path / "orders")).collect()
+    assert sorted(r.order_id for r in rows) == list(range(60))
+    for row in rows:  # every customer's orders in the partition the stream clients' hash picks
+        assert row.destination == f"/queue/{name}-{partition_for_key(row.customer, 3)}"
