@@ -46,6 +46,10 @@ SHUTDOWN = StompError("Server shutdown", "The bridge is shutting down; reconnect
 
 LOGIN_COMMANDS = ("CONNECT", "STOMP")
 FED = b"fed"  # what TcpLink.read returns when its on_data took the bytes into the parser itself
+# Chunks from this size, and the rest of a frame begun in an earlier chunk, go through the loop:
+# while it runs, the next chunks gather and are taken together (a large body arrives in
+# dozens of reads; handled one by one they cost a pass and a parser step each).
+SMALL_CHUNK = 16 * 1024
 
 
 def set_nodelay(sock: socket.socket | None) -> None:
@@ -132,9 +136,10 @@ class TcpLink(asyncio.Protocol):
         self._lost: asyncio.Future[None] | None = None  # made by gone(), done by connection_lost
         # The connection's handler of a chunk that arrives while its loop waits in read(): the
         # frames handled in this callback, with no pass of the event loop before the publish
-        # is written. It returns whether the loop must go on (a frame's job, a wait): read()
-        # then returns FED, the bytes being in the parser already.
-        self.on_data: Callable[[bytes], bool] | None = None
+        # is written. It returns None if it did not take the bytes (the loop reads them), else
+        # whether the loop must go on (a frame's job, a wait): read() then returns FED, the bytes
+        # being in the parser already.
+        self.on_data: Callable[[bytes], bool | None] | None = None
         self._fed = False
 
     # -- asyncio.Protocol ------------------------------------------------------------
@@ -148,10 +153,12 @@ class TcpLink(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         on_data = self.on_data
         if on_data is not None and self._waiter is not None and not self._chunks:
-            if on_data(data):
-                self._fed = True
-                self._wake()
-            return
+            taken = on_data(data)
+            if taken is not None:
+                if taken:
+                    self._fed = True
+                    self._wake()
+                return
         self._chunks.append(data)
         self._size += len(data)
         if self._size >= READ_SIZE and not self._flow_paused:
@@ -365,18 +372,19 @@ class Connection:
         self.core = self.session.core
         self.core.wakeup = lambda: self.loop.call_soon(self._flush_out)
 
-    def _on_data(self, data: bytes) -> bool:
+    def _on_data(self, data: bytes) -> bool | None:
         """A chunk that arrived while the loop waited for one (TcpLink.on_data, once logged in):
         its frames handled here, and their publishes and answers written, in the event loop's
         pass that read them. True: the loop must go on from here (a frame's job to run, a write
-        that must wait, more frames than a fair share), the rest of the bytes in the parser."""
+        that must wait, more frames than a fair share), the rest of the bytes in the parser;
+        None: not taken (a large chunk, a frame begun earlier, a client that does not read)."""
         core = self.core
-        if core.closed or not self.link.writable():
-            return False  # the loop reads it, after waiting for the client to take its frames
+        parser = core.parser
+        if core.closed or len(data) >= SMALL_CHUNK or parser.buffered or not self.link.writable():
+            return None  # the loop reads it (after waiting for the client to take its frames)
         self.last_read = self.loop.time()
         counters = self.counters
         counters.bytes_in += len(data)
-        parser = core.parser
         parser.feed(data)
         frames_in = counters.frames_in
         handle = self.session.handle

@@ -46,3 +46,33 @@ async def test_a_send_arriving_while_the_loop_waits_is_published_before_the_loop
     finally:
         link.connection_lost(None)  # the client goes: the loop ends
         await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), 10)
+
+
+async def test_a_large_chunk_goes_through_the_loop_and_its_frame_is_still_published():
+    """A chunk of SMALL_CHUNK bytes or more (a large body's) is left to the loop, which takes the
+    chunks that gather meanwhile together; the frame it completes is published all the same."""
+    from stomp_bridge.transport.connection import SMALL_CHUNK
+
+    rabbits = Rabbits()
+    settings = Settings(amqp_url="amqp://guest:guest@127.0.0.1:1/", login_check=False)
+    link = TcpLink(lambda _: None, high=1 << 20)
+    client = FakeTransport()
+    link.connection_made(client)
+    connection = Connection(link, settings, Rules.of(settings), Counters(), rabbits.pool(separate_publishers=False),
+                            peer=("127.0.0.1", 40000))
+    task = asyncio.ensure_future(connection.run())
+    try:
+        link.data_received(b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\0")
+        await _until(lambda: any(w.startswith(b"CONNECTED") for w in client.written))
+        rabbit = rabbits.made[-1]
+        await _until(lambda: link._waiter is not None)
+        body = b"x" * (2 * SMALL_CHUNK)
+        frame = b"SEND\ndestination:/queue/q\ncontent-length:%d\n\n%s\0" % (len(body), body)
+        link.data_received(frame[:SMALL_CHUNK])
+        assert link._chunks  # left to the loop
+        link.data_received(frame[SMALL_CHUNK:])
+        await _until(lambda: any(isinstance(f, spec.Basic.Publish) for f in rabbit.frames and
+                                 [f for _, f in rabbit.frames]))
+    finally:
+        link.connection_lost(None)
+        await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), 10)
