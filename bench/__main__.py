@@ -17,6 +17,16 @@ cores busy (bridge + RabbitMQ + client CPU over the run's seconds).
 The plugin runs inside RabbitMQ, so it has no CPU/RSS column of its own.
 
     python -m bench --broker 4.3 --only send,large   # RabbitMQ 4.3 of scripts/rabbitmq4, 1 MiB bodies
+    python -m bench --before /tmp/old --only send    # an older checkout's bridge interleaved too
+    python -m bench --taskset                        # RabbitMQ on one core, bridge and client on the other
+
+``cpu/rabbit``: the bridge's CPU per message over RabbitMQ's CPU per message with its own
+plugin in the same run: what the STOMP work costs in the bridge against what it cost in the
+broker, the figure the machine's speed does not move. ``--taskset`` holds RabbitMQ (every
+thread of its beam) to one core in the bridge's runs and the plugin's alike, and the bridge
+and the client to the other: the deployment of a bridge beside a broker whose cores are its
+own. ``--before CHECKOUT`` starts that checkout's bridge too (on --bridge-port + 1) and runs
+it interleaved with this one, so a before/after is one run on one machine's load.
 
 Checks while measuring: message counts, per-subscriber order, receipts in
 frame order per connection (counted, not fatal: the plugin may reorder), and
@@ -36,7 +46,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from bench.idle import run_idle
-from bench.procstat import Probe, listener_pid, start_bridge
+from bench.procstat import Probe, listener_pid, pin, start_bridge, unpin
 from bench.scenarios import BenchError, scenario_consume, scenario_fanout, scenario_pingpong, scenario_send
 from testkit.brokers import local
 from testkit.management import Management
@@ -100,6 +110,8 @@ def summarize(runs: list[dict]) -> dict:
         out["cpu_s_median"] = statistics.median(r["cpu_s"] for r in runs)
         out["cpu_us_per_msg_median"] = statistics.median(r["cpu_s"] / r["messages"] * 1e6 for r in runs)
         out["peak_rss_mb_max"] = max(r["peak_rss_mb"] for r in runs)
+        out["cpu_user_us_per_msg_median"] = statistics.median(r["cpu_user_s"] / r["messages"] * 1e6 for r in runs)
+        out["cpu_sys_us_per_msg_median"] = statistics.median(r["cpu_sys_s"] / r["messages"] * 1e6 for r in runs)
     out["cores_busy_median"] = statistics.median(_cores_busy(r) for r in runs)
     if runs[0].get("broker_cpu_s") is not None:
         out["broker_cpu_us_per_msg_median"] = statistics.median(r["broker_cpu_s"] / r["messages"] * 1e6
@@ -108,37 +120,44 @@ def summarize(runs: list[dict]) -> dict:
 
 
 def print_table(results: dict) -> None:
-    rows = [("scenario", "bridge", "native", "ratio", "CPU s", "µs/msg", "rabbit µs b/n", "cores b/n", "RSS MB",
-             "rcpt ooo b/n")]
+    rows = [("scenario", "bridge", "native", "ratio", "CPU s", "µs/msg (usr+sys)", "cpu/rabbit", "rabbit µs b/n",
+             "cores b/n", "RSS MB", "rcpt ooo b/n")]
     for res in results.values():
-        b, n = res["targets"]["bridge"], res["targets"]["native"]
-        cpu = f"{b['cpu_s_median']:.2f}" if "cpu_s_median" in b else "-"
-        us = f"{b['cpu_us_per_msg_median']:.1f}" if "cpu_us_per_msg_median" in b else "-"
-        rabbit = (f"{b['broker_cpu_us_per_msg_median']:.0f}/{n['broker_cpu_us_per_msg_median']:.0f}"
-                  if "broker_cpu_us_per_msg_median" in b else "-")
-        cores = f"{b['cores_busy_median']:.2f}/{n['cores_busy_median']:.2f}"
-        rss = f"{b['peak_rss_mb_max']:.0f}" if "peak_rss_mb_max" in b else "-"
-        ooo = (f"{sum(b['receipts_out_of_order'])}/{sum(n['receipts_out_of_order'])}"
-               if "receipts_out_of_order" in b else "")
-        if "p50_ms_median" in b:
-            for i, p in enumerate(("p50", "p90", "p99")):
-                bv, nv = b[f"{p}_ms_median"], n[f"{p}_ms_median"]
-                label = res["label"] if i == 0 else ""
-                first = i == 0
-                rows.append((f"{label} {p}".strip() if first else f"  {p}", f"{bv:.3f}", f"{nv:.3f}",
-                             f"{bv / nv:.2f}", cpu if first else "", us if first else "", rabbit if first else "",
-                             cores if first else "", rss if first else "", ""))
-        else:
-            rows.append((res["label"], f"{b['median']:.0f}", f"{n['median']:.0f}",
-                         f"{b['median'] / n['median']:.2f}", cpu, us, rabbit, cores, rss, ooo))
+        n = res["targets"]["native"]
+        for who in [t for t in res["targets"] if t != "native"]:
+            b = res["targets"][who]
+            cpu = f"{b['cpu_s_median']:.2f}" if "cpu_s_median" in b else "-"
+            us = (f"{b['cpu_us_per_msg_median']:.1f} ({b['cpu_user_us_per_msg_median']:.1f}+"
+                  f"{b['cpu_sys_us_per_msg_median']:.1f})" if "cpu_us_per_msg_median" in b else "-")
+            against = (f"{b['cpu_us_per_msg_median'] / n['broker_cpu_us_per_msg_median']:.2f}"
+                       if "cpu_us_per_msg_median" in b and n.get("broker_cpu_us_per_msg_median") else "-")
+            rabbit = (f"{b['broker_cpu_us_per_msg_median']:.0f}/{n['broker_cpu_us_per_msg_median']:.0f}"
+                      if "broker_cpu_us_per_msg_median" in b else "-")
+            cores = f"{b['cores_busy_median']:.2f}/{n['cores_busy_median']:.2f}"
+            rss = f"{b['peak_rss_mb_max']:.0f}" if "peak_rss_mb_max" in b else "-"
+            ooo = (f"{sum(b['receipts_out_of_order'])}/{sum(n['receipts_out_of_order'])}"
+                   if "receipts_out_of_order" in b else "")
+            label = res["label"] if who == "bridge" else f"  ({who})"
+            if "p50_ms_median" in b:
+                for i, p in enumerate(("p50", "p90", "p99")):
+                    bv, nv = b[f"{p}_ms_median"], n[f"{p}_ms_median"]
+                    first = i == 0
+                    rows.append((f"{label} {p}" if first else f"  {p}", f"{bv:.3f}", f"{nv:.3f}",
+                                 f"{bv / nv:.2f}", cpu if first else "", us if first else "",
+                                 against if first else "", rabbit if first else "", cores if first else "",
+                                 rss if first else "", ""))
+            else:
+                rows.append((label, f"{b['median']:.0f}", f"{n['median']:.0f}", f"{b['median'] / n['median']:.2f}",
+                             cpu, us, against, rabbit, cores, rss, ooo))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(c.ljust(widths[0]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(row)).rstrip())
     print("CPU s: bridge process utime+stime per run (median); µs/msg: the same over the timed part, per "
-          "message (SEND, delivery, round trip); rabbit µs b/n: RabbitMQ's CPU per message behind the bridge / "
-          "with its own plugin; cores b/n: bridge, RabbitMQ and client CPU over the run's time (near the "
-          "machine's core count, the cores limited the run); RSS MB: highest bridge VmHWM over the runs; "
-          "rcpt ooo: receipts out of frame order, all runs, bridge/native")
+          "message (SEND, delivery, round trip; large: per message of --large-size), user + system; cpu/rabbit: "
+          "that over RabbitMQ's CPU per message with its own plugin; rabbit µs b/n: RabbitMQ's CPU per message "
+          "behind the bridge / with its own plugin; cores b/n: bridge, RabbitMQ and client CPU over the run's time "
+          "(near the machine's core count, the cores limited the run); RSS MB: highest bridge VmHWM over the runs; "
+          "rcpt ooo: receipts out of frame order, all runs, bridge/native; (before): the --before checkout's bridge")
 
 
 def print_idle(r: dict) -> None:
@@ -200,6 +219,10 @@ def main() -> int:
     ap.add_argument("--json", metavar="PATH", help="write every run's results as JSON")
     ap.add_argument("--no-start", action="store_true", help="a bridge already runs on --bridge-port (no CPU/RSS)")
     ap.add_argument("--api", default="http://127.0.0.1:15672/api", help="RabbitMQ management API (cleanup)")
+    ap.add_argument("--before", metavar="CHECKOUT",
+                    help="also run this checkout's bridge (on --bridge-port + 1), interleaved: before/after in one run")
+    ap.add_argument("--taskset", action="store_true",
+                    help="RabbitMQ on core 0 in every run (bridge's and plugin's), the bridges and the client on core 1")
     args = ap.parse_args()
     if args.broker:
         broker = local(args.broker)
@@ -214,8 +237,20 @@ def main() -> int:
               f"{-(-args.connections // args.channels_per_connection)} AMQP connections to RabbitMQ")
 
     rabbit = Management(args.api)
-    proc = None if args.no_start else start_bridge(
-        args.bridge_port, {"amqp_channels_per_connection": str(args.channels_per_connection)})
+    broker_pid = listener_pid(args.native_port)  # RabbitMQ's beam, which runs the native plugin
+    pinned: dict[int, set[int]] = {}
+    client_cpus = os.sched_getaffinity(0)
+    cpus = None
+    if args.taskset:
+        if broker_pid is None:
+            ap.error("--taskset needs RabbitMQ's process (not found by its STOMP port)")
+        cpus = {1}
+        pinned = pin(broker_pid, {0})
+        os.sched_setaffinity(0, cpus)
+    bridge_settings = {"amqp_channels_per_connection": str(args.channels_per_connection)}
+    proc = None if args.no_start else start_bridge(args.bridge_port, bridge_settings, cpus=cpus)
+    before = None if args.before is None else start_bridge(args.bridge_port + 1, bridge_settings,
+                                                           checkout=args.before, cpus=cpus)
     pid = proc.pid if proc else None
     report: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "args": vars(args),
                     "loadavg_before": os.getloadavg(), "scenarios": {}}
@@ -223,7 +258,8 @@ def main() -> int:
     try:
         table = ab_table(args, rabbit)
         targets = {"bridge": (args.bridge_port, pid), "native": (args.native_port, None)}
-        broker_pid = listener_pid(args.native_port)  # RabbitMQ's beam, which runs the native plugin
+        if before is not None:
+            targets["before"] = (args.bridge_port + 1, before.pid)
         report["broker_pid"] = broker_pid
         for name in [s for s in AB_SCENARIOS if s in only]:
             label, fn = table[name]
@@ -231,8 +267,9 @@ def main() -> int:
             runs: dict[str, list[dict]] = {t: [] for t in targets}
             for i in range(args.runs):
                 for target, (port, tpid) in targets.items():  # interleaved A/B
-                    if proc is not None and proc.poll() is not None:
-                        raise BenchError(f"the bridge exited with {proc.returncode}")
+                    for bridge in (proc, before):
+                        if bridge is not None and bridge.poll() is not None:
+                            raise BenchError(f"a bridge exited with {bridge.returncode}")
                     probe = Probe(tpid, broker_pid)
                     probe.start()
                     result = run_one(lambda: fn(port, probe.mark), args.timeout, f"{name} against {target} (run {i + 1})")
@@ -250,6 +287,10 @@ def main() -> int:
                 "targets": targets_out,
                 "ratio": targets_out["bridge"]["median"] / targets_out["native"]["median"],
             }
+            plugin_us = targets_out["native"].get("broker_cpu_us_per_msg_median")
+            if plugin_us and "cpu_us_per_msg_median" in targets_out["bridge"]:
+                # the bridge's CPU per message over RabbitMQ's with its own plugin: the column
+                report["scenarios"][name]["cpu_ratio"] = targets_out["bridge"]["cpu_us_per_msg_median"] / plugin_us
         if report["scenarios"]:
             print()
             print_table(report["scenarios"])
@@ -269,12 +310,15 @@ def main() -> int:
         report["aborted"] = str(exc)
         status = 2
     finally:
-        if proc is not None:
-            proc.terminate()
-            try:
-                proc.wait(15)
-            except Exception:  # noqa: BLE001
-                proc.kill()
+        for bridge in (proc, before):
+            if bridge is not None:
+                bridge.terminate()
+                try:
+                    bridge.wait(15)
+                except Exception:  # noqa: BLE001
+                    bridge.kill()
+        unpin(pinned)
+        os.sched_setaffinity(0, client_cpus)
         report["loadavg_after"] = os.getloadavg()
         if args.json:
             with open(args.json, "w") as f:

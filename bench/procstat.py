@@ -12,16 +12,22 @@ ROOT = os.path.join(os.path.dirname(__file__), "..")
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def start_bridge(port: int, settings: dict[str, str] | None = None) -> subprocess.Popen:
-    """``settings``: extra STOMP_BRIDGE_<NAME> environment for the bridge."""
+def start_bridge(port: int, settings: dict[str, str] | None = None, checkout: str | None = None,
+                 cpus: set[int] | None = None) -> subprocess.Popen:
+    """``settings``: extra STOMP_BRIDGE_<NAME> environment for the bridge; ``checkout``: run the
+    bridge of that directory (an older commit's, for a before/after in one run); ``cpus``: the
+    cores it may run on."""
     env = dict(os.environ)
+    if checkout is not None:
+        env["PYTHONPATH"] = os.path.abspath(checkout)
     # No WebSocket listener unless asked: web-stomp's 15674 may be taken (another bridge, a broker).
     env["STOMP_BRIDGE_WS_PORT"] = "none"
     for name, value in (settings or {}).items():
         env[f"STOMP_BRIDGE_{name.upper()}"] = value
     proc = subprocess.Popen(
         [sys.executable, "-m", "stomp_bridge", "--port", str(port), "--http-port", "0", "--log-level", "WARNING"],
-        cwd=ROOT, env=env,
+        cwd=checkout or ROOT, env=env,
+        preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
     )
     for _ in range(100):
         if proc.poll() is not None:
@@ -35,11 +41,37 @@ def start_bridge(port: int, settings: dict[str, str] | None = None) -> subproces
     raise RuntimeError(f"bridge did not listen on {port} within 10 s")
 
 
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of the process (fields 14 and 15 of /proc/pid/stat)."""
+def cpu_split(pid: int) -> tuple[float, float]:
+    """utime and stime of the process, seconds (fields 14 and 15 of /proc/pid/stat)."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
+    return int(fields[11]) / TICK, int(fields[12]) / TICK
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of the process."""
+    return sum(cpu_split(pid))
+
+
+def pin(pid: int, cpus: set[int]) -> dict[int, set[int]]:
+    """Every thread of ``pid`` (a beam has dozens of schedulers) held to ``cpus``; returns each
+    thread's affinity before, for :func:`unpin`."""
+    before = {}
+    for tid in map(int, os.listdir(f"/proc/{pid}/task")):
+        try:
+            before[tid] = os.sched_getaffinity(tid)
+            os.sched_setaffinity(tid, cpus)
+        except OSError:
+            continue
+    return before
+
+
+def unpin(before: dict[int, set[int]]) -> None:
+    for tid, cpus in before.items():
+        try:
+            os.sched_setaffinity(tid, cpus)
+        except OSError:
+            continue
 
 
 def memory_kb(pid: int) -> dict[str, int]:
@@ -100,8 +132,8 @@ class Probe:
     def __init__(self, pid: int | None, broker_pid: int | None = None) -> None:
         self.pid = pid
         self.broker_pid = broker_pid
-        self.cpu0 = 0.0
-        self.broker_cpu0 = 0.0
+        self.cpu0 = (0.0, 0.0)
+        self.broker_cpu0 = (0.0, 0.0)
         self.client_cpu0 = 0.0
         self.peak_reset = False
 
@@ -115,21 +147,26 @@ class Probe:
         # whether the machine's cores were the limit (see "cores busy").
         self.client_cpu0 = time.process_time()
         if self.pid is not None:
-            self.cpu0 = cpu_seconds(self.pid)
+            self.cpu0 = cpu_split(self.pid)
         if self.broker_pid is not None:
-            self.broker_cpu0 = cpu_seconds(self.broker_pid)
+            self.broker_cpu0 = cpu_split(self.broker_pid)
 
     def stop(self) -> dict[str, float]:
         out: dict[str, float] = {"client_cpu_s": time.process_time() - self.client_cpu0}
         if self.broker_pid is not None:
-            out["broker_cpu_s"] = cpu_seconds(self.broker_pid) - self.broker_cpu0
+            user, system = cpu_split(self.broker_pid)
+            out["broker_cpu_user_s"] = user - self.broker_cpu0[0]
+            out["broker_cpu_sys_s"] = system - self.broker_cpu0[1]
+            out["broker_cpu_s"] = out["broker_cpu_user_s"] + out["broker_cpu_sys_s"]
         if self.pid is None:
             return out
-        cpu = cpu_seconds(self.pid) - self.cpu0
+        user, system = cpu_split(self.pid)
         mem = memory_kb(self.pid)
         return {
             **out,
-            "cpu_s": cpu,
+            "cpu_s": user - self.cpu0[0] + system - self.cpu0[1],
+            "cpu_user_s": user - self.cpu0[0],
+            "cpu_sys_s": system - self.cpu0[1],
             "rss_mb": mem["VmRSS"] / 1024,
             # Without a reset, VmHWM is the peak since the bridge started.
             "peak_rss_mb": mem["VmHWM"] / 1024,

@@ -85,6 +85,10 @@ class SessionChannel(Protocol):
     def flush_nowait(self) -> None:
         """Write what is batched from a synchronous callback, if that can be done at once."""
 
+    def try_flush(self) -> bool:
+        """Write what is batched now if nothing would make ``flush`` wait; False: nothing was
+        written that could not be, and ``flush`` must be awaited (in order, the same batches)."""
+
     # -- RPCs: RabbitMQ's answer, or a StompError (the plugin's ERROR for it) ---------------
 
     async def declare_queue(

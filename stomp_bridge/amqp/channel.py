@@ -231,6 +231,13 @@ class AmqpSession:
         if out is not main and out.batch:
             await out.flush()
 
+    def try_flush(self) -> bool:
+        main = self._main
+        if main.batch and not main.try_flush():
+            return False
+        out = self._out
+        return out is main or not out.batch or out.try_flush()
+
     def flush_nowait(self) -> None:
         """Hand this channel's batch to the writer from a synchronous callback (the ack of a
         delivery a selector dropped); if aiormq's write queue is full, it goes with the next flush."""

@@ -148,6 +148,31 @@ def stream_transport(reader: Any) -> Any:
     return getattr(reader, "_transport", None)
 
 
+def divert_stream(reader: asyncio.StreamReader, on_data: Any, on_end: Any) -> bytes:
+    """Have the bytes the socket brings to aiormq's ``StreamReader`` handed to ``on_data`` as
+    they arrive (in the protocol's ``data_received``, no task woken in between), and its end
+    (``feed_eof``, ``set_exception``: asyncio's StreamReaderProtocol calls them on the instance)
+    to ``on_end`` after the reader has recorded it; returns what the reader had buffered before.
+    The reader keeps its EOF and exception (``at_eof()``, ``exception()``), never bytes."""
+    feed_eof, set_exception = reader.feed_eof, reader.set_exception
+
+    def eof() -> None:
+        feed_eof()
+        on_end()
+
+    def failed(exc: BaseException) -> None:
+        set_exception(exc)
+        on_end()
+
+    reader.feed_data = on_data  # type: ignore[method-assign]
+    reader.feed_eof = eof  # type: ignore[method-assign]
+    reader.set_exception = failed  # type: ignore[method-assign]
+    buffer: bytearray = reader._buffer  # type: ignore[attr-defined]
+    buffered = bytes(buffer)
+    buffer.clear()
+    return buffered
+
+
 def write_queue(connection: aiormq.Connection) -> asyncio.Queue:
     """aiormq's bounded queue of frames for its writer task (the backpressure towards the
     sessions when RabbitMQ stops reading)."""

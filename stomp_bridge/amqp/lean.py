@@ -18,7 +18,6 @@ family of errors for connections and channels alike.
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -63,7 +62,9 @@ class LeanChannel:
         self.closing.add_done_callback(_retrieve)
         self.on_cancel: Callable[[str], None] | None = None  # RabbitMQ cancelled this consumer tag
         # (the reply classes expected, the future the caller waits on), in the order sent
-        self._replies: deque[tuple[tuple[type, ...], asyncio.Future[Any]]] = deque()
+        # A list, not a deque: a few RPCs wait at most, and an empty deque costs ~600 bytes
+        # more on each of thousands of idle connections.
+        self._replies: list[tuple[tuple[type, ...], asyncio.Future[Any]]] = []
         self._closed = False
         self._close_ok: asyncio.Future[None] | None = None
         hooks.on_method = self._on_method
@@ -203,7 +204,7 @@ class LeanChannel:
         replies = self._replies
         if not replies:
             return  # no one asked (a reply after its caller gave up): nothing to resolve
-        expected, future = replies.popleft()
+        expected, future = replies.pop(0)
         if future.done():
             return
         if isinstance(frame, expected):
@@ -224,7 +225,7 @@ class LeanChannel:
     def _finish(self, exc: BaseException) -> None:
         """Fail every RPC still waiting, and tell the session (once)."""
         while self._replies:
-            _, future = self._replies.popleft()
+            _, future = self._replies.pop(0)
             if not future.done():
                 future.set_exception(exc)
         if self._close_ok is not None and not self._close_ok.done():

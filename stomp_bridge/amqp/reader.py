@@ -139,9 +139,36 @@ class BulkFrameReceiver(internals.FrameReceiver):
         self._frames: deque[tuple[int, int, Any]] = deque()
         self._touched: list[ChannelHooks] = []  # channels that got frames in this read
         self._surfaced = 0.0  # when aiormq last got a frame from us
+        # With hooks (the bridge's connections), every chunk is cut into frames in the socket's
+        # data_received: a delivery reaches its session, a confirm its RECEIPT, in the event
+        # loop's pass that read them, not one pass later in aiormq's reader task, which is
+        # woken only when a frame is for aiormq (channel 0, an RPC reply) or it must see one.
+        self._waiter: Any = None
+        self._error: BaseException | None = None
+        self._diverted = self.hooks is not None and reader is not None
+        if self._diverted:
+            self._buf += internals.divert_stream(reader, self._feed, self._wake)
 
     async def get_frame(self) -> Any:
         frames = self._frames
+        if self._diverted:
+            if self._buf and not frames:  # bytes the reader had before it was diverted
+                self._feed(b"")
+            while not frames:
+                if self._error is not None:
+                    raise self._error
+                exc = self.reader.exception()
+                if exc is not None:
+                    raise amqp_exc.AMQPConnectionError(f"Server connection error: {exc!r}") from exc
+                if self.reader.at_eof():
+                    raise amqp_exc.AMQPConnectionError("Server connection unexpectedly closed")
+                self._waiter = waiter = self.loop.create_future()
+                try:
+                    await waiter
+                finally:
+                    self._waiter = None
+            self._surfaced = self.loop.time()
+            return frames.popleft()
         while not frames:
             try:
                 data = await self.reader.read(READ_SIZE)
@@ -168,6 +195,39 @@ class BulkFrameReceiver(internals.FrameReceiver):
                     return _ALIVE
         self._surfaced = self.loop.time()
         return frames.popleft()
+
+    def _feed(self, data: bytes) -> None:
+        """A chunk from the socket (the StreamReader's ``feed_data``): its frames handled now."""
+        if self._error is not None:
+            return
+        self._buf += data
+        try:
+            self._parse()
+        except Exception as exc:  # noqa: BLE001 - aiormq's reader task raises it and closes
+            self._error = exc
+            self._wake()
+            return
+        touched = self._touched
+        if touched:
+            for target in touched:
+                target.touched = False
+                if target.on_batch_end is not None:
+                    self._call(target.on_batch_end)
+            touched.clear()
+        frames = self._frames
+        if not frames:
+            # aiormq judges the connection alive by the frames it sees (see get_frame)
+            now = self.loop.time()
+            if now - self._surfaced < 1.0:
+                return
+            self._surfaced = now
+            frames.append(_ALIVE)
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def _parse(self) -> None:
         buf = self._buf

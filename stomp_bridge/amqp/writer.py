@@ -72,6 +72,20 @@ class ChannelWriter:
         batch.clear()
         await self.put(frame)
 
+    def try_flush(self) -> bool:
+        """``flush`` when it would not wait (the socket takes the batch now); False: not written."""
+        batch = self.batch
+        if self.publishes and not self.unblocked.is_set():
+            return False
+        if self.dead():
+            batch.clear()
+            return True
+        if not self.write_now(batch, self.vectored):
+            return False
+        self.publishes = self.vectored = False
+        batch.clear()
+        return True
+
     def flush_nowait(self) -> None:
         """Hand the batch over from a synchronous callback; if aiormq's write queue is full, the
         batch stays for the next flush."""

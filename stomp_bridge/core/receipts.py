@@ -24,6 +24,8 @@ from time import monotonic
 NOTHING_HELD: tuple[()] = ()  # reads as an empty deque (len, truth, iteration) until one is needed
 
 class ReceiptLedger:
+    __slots__ = ("_write", "_observe", "_unconfirmed", "_low", "last", "_stop", "_held", "_on_empty")
+
     def __init__(self, write: Callable[[bytes], None], observe: Callable[[float], None]) -> None:
         self._write = write
         self._observe = observe  # seconds from publish to confirm

@@ -107,6 +107,12 @@ class FrameParser:
     of sync and the parser must not be used again.
     """
 
+    # One per connection: slots keep the thousands of idle ones small.
+    __slots__ = (
+        "limits", "_version", "_buf", "_parts", "_collected", "_body_start", "_command", "_header_lines",
+        "_headers", "_length", "_phase", "_pos", "_scan", "_unescape",
+    )
+
     def __init__(self, limits: Limits = Limits(), version: str = "1.2") -> None:
         self.limits = limits
         self.version = version

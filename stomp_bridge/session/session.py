@@ -141,6 +141,11 @@ class Session:
             except Exception as exc:  # noqa: BLE001
                 raise broker_error(exc) from exc
 
+    def try_flush(self) -> bool:
+        """``flush`` when it would not wait; False: ``flush`` must be awaited."""
+        amqp = self.amqp
+        return amqp is None or self.closed or amqp.try_flush()
+
     def fail(self, error: StompError) -> None:
         """The transport's ERRORs (heart-beat timeout, shutdown …): the core writes them."""
         self.core.fail(error)

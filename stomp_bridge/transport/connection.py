@@ -45,6 +45,11 @@ SHUTDOWN = StompError("Server shutdown", "The bridge is shutting down; reconnect
 
 
 LOGIN_COMMANDS = ("CONNECT", "STOMP")
+FED = b"fed"  # what TcpLink.read returns when its on_data took the bytes into the parser itself
+# Chunks from this size, and the rest of a frame begun in an earlier chunk, go through the loop:
+# while it runs, the next chunks gather and are taken together (a large body arrives in
+# dozens of reads; handled one by one they cost a pass and a parser step each).
+SMALL_CHUNK = 16 * 1024
 
 
 def set_nodelay(sock: socket.socket | None) -> None:
@@ -111,7 +116,7 @@ class TcpLink(asyncio.Protocol):
 
     __slots__ = (
         "transport", "task", "_on_connect", "_high", "_chunks", "_size", "_waiter", "_eof", "_error",
-        "_flow_paused", "_held", "_write_paused", "_drain_waiters", "_lost",
+        "_flow_paused", "_held", "_write_paused", "_drain_waiters", "_lost", "on_data", "_fed",
     )
 
     def __init__(self, on_connect: Callable[[TcpLink], None], high: int) -> None:
@@ -129,6 +134,13 @@ class TcpLink(asyncio.Protocol):
         self._write_paused = False
         self._drain_waiters: list[asyncio.Future[None]] = []
         self._lost: asyncio.Future[None] | None = None  # made by gone(), done by connection_lost
+        # The connection's handler of a chunk that arrives while its loop waits in read(): the
+        # frames handled in this callback, with no pass of the event loop before the publish
+        # is written. It returns None if it did not take the bytes (the loop reads them), else
+        # whether the loop must go on (a frame's job, a wait): read() then returns FED, the bytes
+        # being in the parser already.
+        self.on_data: Callable[[bytes], bool | None] | None = None
+        self._fed = False
 
     # -- asyncio.Protocol ------------------------------------------------------------
 
@@ -139,6 +151,14 @@ class TcpLink(asyncio.Protocol):
         self._on_connect(self)
 
     def data_received(self, data: bytes) -> None:
+        on_data = self.on_data
+        if on_data is not None and self._waiter is not None and not self._chunks:
+            taken = on_data(data)
+            if taken is not None:
+                if taken:
+                    self._fed = True
+                    self._wake()
+                return
         self._chunks.append(data)
         self._size += len(data)
         if self._size >= READ_SIZE and not self._flow_paused:
@@ -192,8 +212,14 @@ class TcpLink(asyncio.Protocol):
         if not self._chunks:
             if self._eof:
                 return b""
-            waiter = self._waiter = asyncio.get_running_loop().create_future()
-            await waiter
+            while True:
+                waiter = self._waiter = asyncio.get_running_loop().create_future()
+                await waiter
+                if self._fed:
+                    self._fed = False
+                    return FED
+                if self._chunks or self._eof:
+                    break
             if not self._chunks:
                 return b""
         chunks = self._chunks
@@ -286,7 +312,7 @@ class Connection:
 
     __slots__ = (
         "counters", "_initial", "link", "settings", "loop", "peer", "last_read", "last_write",
-        "_timers", "_abort", "session", "core", "_logging_in", "reading_since",
+        "_timers", "_abort", "session", "core", "_logging_in", "reading_since", "_held_job",
     )
 
     def __init__(
@@ -322,6 +348,7 @@ class Connection:
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._abort: asyncio.TimerHandle | None = None  # a closed link's deadline to drain
         self._logging_in = False  # a CONNECT arrived: connect_timeout no longer applies
+        self._held_job: object = None  # the job of a frame _on_data handled, for the loop to run
         self.session = Session(
             rules,
             pool,
@@ -344,6 +371,49 @@ class Connection:
         # handle; the ``call_soon`` covers writes from anywhere else (timers, callbacks).
         self.core = self.session.core
         self.core.wakeup = lambda: self.loop.call_soon(self._flush_out)
+
+    def _on_data(self, data: bytes) -> bool | None:
+        """A chunk that arrived while the loop waited for one (TcpLink.on_data, once logged in):
+        its frames handled here, and their publishes and answers written, in the event loop's
+        pass that read them. True: the loop must go on from here (a frame's job to run, a write
+        that must wait, more frames than a fair share), the rest of the bytes in the parser;
+        None: not taken (a large chunk, a frame begun earlier, a client that does not read)."""
+        core = self.core
+        parser = core.parser
+        if core.closed or len(data) >= SMALL_CHUNK or parser.buffered or not self.link.writable():
+            return None  # the loop reads it (after waiting for the client to take its frames)
+        self.last_read = self.loop.time()
+        counters = self.counters
+        counters.bytes_in += len(data)
+        parser.feed(data)
+        frames_in = counters.frames_in
+        handle = self.session.handle
+        try:
+            for _ in range(FAIR_SHARE):
+                frame = parser.next_frame()
+                if frame is None:
+                    break
+                command = frame.command
+                frames_in[command if command in CLIENT_COMMANDS else "other"] += 1
+                job = handle(frame)
+                if job is not None:
+                    self._held_job = job
+                    return True
+                if core.closed or len(core.out) >= FAIR_SHARE:
+                    return True
+            else:
+                return True  # a fair share handled: the loop goes on with the rest
+            if not self.session.try_flush():
+                return True
+        except StompError as exc:  # as the loop's own handling would (it ends the connection)
+            self.session.fail(exc)
+            return True
+        except Exception as exc:  # noqa: BLE001 - a client's bytes must never kill the bridge
+            log.exception("unexpected error handling a STOMP connection")
+            self.session.fail(StompError("Processing error", "Processing error", private=repr(exc)))
+            return True
+        self._flush_out()
+        return False
 
     def _flush_out(self) -> None:
         out = self.core.out
@@ -424,11 +494,16 @@ class Connection:
                     self.reading_since = self.loop.time()
                     data = await read()
                     self.reading_since = None
-                if not data:
+                if data is FED:  # _on_data took the bytes: their first frames are handled
+                    job, self._held_job = self._held_job, None
+                    if job is not None:
+                        await session.run(job)
+                elif not data:
                     break
-                self.last_read = self.loop.time()
-                counters.bytes_in += len(data)
-                parser.feed(data)
+                else:
+                    self.last_read = self.loop.time()
+                    counters.bytes_in += len(data)
+                    parser.feed(data)
                 while not core.closed:
                     frame = parser.next_frame()
                     if frame is None:
@@ -459,6 +534,8 @@ class Connection:
                         await session.run(job)
                     if not connected_before and session.amqp is not None:
                         self._start_heartbeats()
+                        if not debug and isinstance(link, TcpLink):
+                            link.on_data = self._on_data
                     if len(core.out) >= FAIR_SHARE:  # one frame's answers (a COMMIT's): as many
                         await self._until_taken()
                 await session.flush()

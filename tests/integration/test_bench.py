@@ -43,6 +43,28 @@ def test_bench_measures_cpu_per_message_for_bridge_and_rabbitmq(broker, tmp_path
         assert bridge["broker_cpu_us_per_msg_median"] >= 0 and "broker_cpu_us_per_msg_median" in native
     assert report["scenarios"]["send"]["targets"]["bridge"]["cpu_us_per_msg_median"] > 0  # 4,000 SENDs: ticks
     assert "µs/msg" in done.stdout
+    assert report["scenarios"]["send"]["cpu_ratio"] > 0  # the bridge's CPU per message / RabbitMQ's with its plugin
+    assert "cpu/rabbit" in done.stdout
+
+
+@pytest.mark.skipif(os.environ.get("STOMP_BRIDGE_TEST_TARGET") == "native", reason="runs both sides itself")
+def test_bench_runs_an_older_checkout_interleaved_with_rabbitmq_on_its_own_core(broker, tmp_path):
+    """--before runs a second bridge from another checkout (here this one) beside the first, and
+    --taskset holds RabbitMQ to one core and the bridges and the client to the other."""
+    if broker.local is None:
+        pytest.skip("RabbitMQ's process is pinned through /proc: a local broker only")
+    out = tmp_path / "bench.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--runs", "1", "--messages", "2000", "--only", "send",
+         "--broker", broker.local.name, "--before", str(ROOT), "--taskset",
+         "--bridge-port", str(free_port()), "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    targets = json.loads(out.read_text())["scenarios"]["send"]["targets"]
+    assert set(targets) == {"bridge", "native", "before"}
+    assert targets["before"]["cpu_us_per_msg_median"] >= 0
+    assert "(before)" in done.stdout
 
 
 @pytest.mark.skipif(os.environ.get("STOMP_BRIDGE_TEST_TARGET") == "native", reason="the bridge's tracing")

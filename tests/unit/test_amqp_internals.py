@@ -248,3 +248,20 @@ def test_the_bridge_refuses_to_start_on_an_aiormq_it_cannot_read_with() -> None:
     assert done.returncode == 1, (done.returncode, done.stderr)
     assert "stomp-bridge: cannot read AMQP with aiormq" in done.stderr, done.stderr
     assert "stomp-bridge needs aiormq>=7.2,<8.0 and pamqp>=4.0,<5.0" in done.stderr, done.stderr
+
+
+def test_a_stream_reader_can_be_diverted() -> None:
+    """divert_stream: the bytes buffered before are returned, later ones go to the callback, and
+    the reader still records its end (asyncio's protocol calls feed_eof on the instance)."""
+    async def check() -> None:
+        reader = asyncio.StreamReader()
+        protocol = asyncio.StreamReaderProtocol(reader)
+        protocol.data_received(b"before")
+        got: list = []
+        assert internals.divert_stream(reader, got.append, lambda: got.append("end")) == b"before"
+        protocol.data_received(b"after")
+        protocol.eof_received()
+        assert got == [b"after", "end"], _why("StreamReaderProtocol no longer calls reader.feed_data/feed_eof")
+        assert reader.at_eof()
+
+    asyncio.run(check())

@@ -228,3 +228,13 @@ async def test_a_reply_failed_while_its_method_waited_for_the_writer_leaves_no_u
     finally:
         loop.set_exception_handler(None)
     assert [c["message"] for c in logged] == []
+
+
+async def test_an_open_channel_with_no_rpc_waiting_holds_no_large_container():
+    """One channel per connection, thousands of idle connections: the RPC queue, empty between
+    RPCs, must not be a deque (~600 bytes empty) but a small list."""
+    import sys
+
+    channel, _, _, _ = await opened()
+    assert not channel._replies
+    assert sys.getsizeof(channel._replies) < 100

@@ -181,3 +181,43 @@ def _frames(data: bytes):
         out.append((consumed, channel, frame))
         data = data[consumed:]
     return out
+
+
+def test_a_chunk_is_handled_in_the_sockets_data_received_and_aiormq_woken_only_for_its_frames():
+    """A delivery and a confirm reach their session while the protocol takes the bytes, with no
+    pass of the event loop in between (no task to wake); channel 0's frames and the end of the
+    stream still reach aiormq's reader task through get_frame."""
+    import asyncio
+
+    import aiormq.exceptions
+    from pamqp.heartbeat import Heartbeat
+
+    async def scenario() -> None:
+        reader = asyncio.StreamReader()
+        protocol = asyncio.StreamReaderProtocol(reader)
+        protocol.data_received(pamqp.frame.marshal(Heartbeat(), 0))  # before the receiver: kept
+        hooks = Hooks()
+        got: list = []
+        hooks.channels[1] = ChannelHooks(
+            on_delivery=lambda delivery: got.append(("deliver", delivery.body)),
+            on_confirm=lambda *args: got.append(("confirm", args)),
+            on_batch_end=lambda: got.append("batch end"),
+        )
+        token = current_hooks.set(hooks)
+        try:
+            receiver = BulkFrameReceiver(reader)
+        finally:
+            current_hooks.reset(token)
+        assert isinstance((await receiver.get_frame())[2], Heartbeat)
+        protocol.data_received(deliver_frames(1, 1, b"body")
+                               + pamqp.frame.marshal(spec.Basic.Ack(delivery_tag=1), 1))
+        assert got == [("deliver", b"body"), ("confirm", (1, False, False)), "batch end"]
+        protocol.data_received(pamqp.frame.marshal(Heartbeat(), 0))
+        assert isinstance((await asyncio.wait_for(receiver.get_frame(), 5))[2], Heartbeat)
+        waiting = asyncio.ensure_future(receiver.get_frame())
+        await asyncio.sleep(0)
+        protocol.connection_lost(None)
+        with pytest.raises(aiormq.exceptions.AMQPConnectionError):
+            await asyncio.wait_for(waiting, 5)
+
+    asyncio.run(scenario())
