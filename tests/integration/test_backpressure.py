@@ -156,11 +156,15 @@ def test_a_connection_closed_while_its_client_does_not_read_is_aborted_after_clo
 
     from testkit.flood import JUNK, unread_socket, write_until_stalled
 
-    server = bridge(connect_timeout=1, close_timeout=1)
+    # The connect timeout must come after the flood stalled (the bridge stopped reading with a
+    # full write queue), however slowly a loaded machine fills it: with 1 s it came first under
+    # load, and a close with little queued needs no abort.
+    server = bridge(connect_timeout=5, close_timeout=1)
     counters = server._server.counters
     sock = unread_socket(server.port)
     try:
         write_until_stalled(sock, JUNK * 4096, JUNK_LIMIT, stall=1.0)
+        assert counters.reads_held == 1 and counters.connections_closed["Connect timeout"] == 0
         deadline = time.monotonic() + 20
         while counters.connections_closed["Connect timeout"] == 0 and time.monotonic() < deadline:
             time.sleep(0.05)  # counted once the socket is gone: no event reaches the test's thread
