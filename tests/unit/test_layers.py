@@ -13,6 +13,7 @@ that defines it. Dependencies' internals that the hot path needs sit in one modu
 from __future__ import annotations
 
 import ast
+import logging
 import tomllib
 from pathlib import Path
 
@@ -29,8 +30,18 @@ PUBLIC_UNDERSCORE = frozenset({"_replace", "_asdict", "_fields", "_make"})
 def test_import_contracts_hold() -> None:
     """import-linter's contracts: a broken one prints the import chain that breaks it."""
     lint = pytest.importorskip("importlinter.cli", reason="pip install -e '.[test]' installs import-linter")
-    code = lint.lint_imports(config_filename=str(ROOT / "pyproject.toml"), no_cache=True)
+    # import-linter configures logging with disable_existing_loggers: every logger made so far
+    # (the bridge's among them) would stay disabled for the tests after this one, whose log
+    # assertions then fail when they run in the same process. Put them back as they were.
+    loggers = [logger for logger in logging.root.manager.loggerDict.values() if isinstance(logger, logging.Logger)]
+    disabled = [logger.disabled for logger in loggers]
+    try:
+        code = lint.lint_imports(config_filename=str(ROOT / "pyproject.toml"), no_cache=True)
+    finally:
+        for logger, was in zip(loggers, disabled):
+            logger.disabled = was
     assert code == 0, "lint-imports found a broken contract (its report is above)"
+    assert not logging.getLogger("stomp_bridge").disabled
 
 
 def _contract(name: str) -> dict:
