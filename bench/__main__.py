@@ -25,7 +25,7 @@ plugin in the same run: what the STOMP work costs in the bridge against what it 
 broker, the figure the machine's speed does not move. ``--taskset`` holds RabbitMQ (every
 thread of its beam) to one core in the bridge's runs and the plugin's alike, and the bridge
 and the client to the other: the deployment of a bridge beside a broker whose cores are its
-own. ``--before CHECKOUT`` starts that checkout's bridge too (on --bridge-port + 1) and runs
+own. ``--before CHECKOUT`` starts that checkout's bridge too (on --before-port, a free one by default) and runs
 it interleaved with this one, so a before/after is one run on one machine's load.
 
 Checks while measuring: message counts, per-subscriber order, receipts in
@@ -50,6 +50,7 @@ from bench.procstat import Probe, listener_pid, pin, start_bridge, unpin
 from bench.scenarios import BenchError, scenario_consume, scenario_fanout, scenario_pingpong, scenario_send
 from testkit.brokers import local
 from testkit.management import Management
+from testkit.ports import free_port
 from testkit.stomp import ClientError
 
 AB_SCENARIOS = ["send-persistent", "send", "consume", "fanout", "pingpong", "large"]
@@ -220,7 +221,8 @@ def main() -> int:
     ap.add_argument("--no-start", action="store_true", help="a bridge already runs on --bridge-port (no CPU/RSS)")
     ap.add_argument("--api", default="http://127.0.0.1:15672/api", help="RabbitMQ management API (cleanup)")
     ap.add_argument("--before", metavar="CHECKOUT",
-                    help="also run this checkout's bridge (on --bridge-port + 1), interleaved: before/after in one run")
+                    help="also run this checkout's bridge (on --before-port), interleaved: before/after in one run")
+    ap.add_argument("--before-port", type=int, default=0, help="the --before bridge's STOMP port (0: a free one)")
     ap.add_argument("--taskset", action="store_true",
                     help="RabbitMQ on core 0 in every run (bridge's and plugin's), the bridges and the client on core 1")
     args = ap.parse_args()
@@ -248,18 +250,21 @@ def main() -> int:
         pinned = pin(broker_pid, {0})
         os.sched_setaffinity(0, cpus)
     bridge_settings = {"amqp_channels_per_connection": str(args.channels_per_connection)}
-    proc = None if args.no_start else start_bridge(args.bridge_port, bridge_settings, cpus=cpus)
-    before = None if args.before is None else start_bridge(args.bridge_port + 1, bridge_settings,
-                                                           checkout=args.before, cpus=cpus)
-    pid = proc.pid if proc else None
+    if args.before is not None and not args.before_port:
+        args.before_port = free_port()
     report: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "args": vars(args),
                     "loadavg_before": os.getloadavg(), "scenarios": {}}
     status = 0
-    try:
+    proc = before = None
+    try:  # from the first bridge started: a failure to start the second stops the first and unpins RabbitMQ
+        proc = None if args.no_start else start_bridge(args.bridge_port, bridge_settings, cpus=cpus)
+        before = None if args.before is None else start_bridge(args.before_port, bridge_settings,
+                                                               checkout=args.before, cpus=cpus)
+        pid = proc.pid if proc else None
         table = ab_table(args, rabbit)
         targets = {"bridge": (args.bridge_port, pid), "native": (args.native_port, None)}
         if before is not None:
-            targets["before"] = (args.bridge_port + 1, before.pid)
+            targets["before"] = (args.before_port, before.pid)
         report["broker_pid"] = broker_pid
         for name in [s for s in AB_SCENARIOS if s in only]:
             label, fn = table[name]
@@ -305,7 +310,7 @@ def main() -> int:
             print_idle(idle)
             if idle["errors"]:
                 status = 1
-    except (BenchError, ClientError) as exc:
+    except (BenchError, ClientError, RuntimeError) as exc:
         print(f"\nABORTED: {exc}", file=sys.stderr)
         report["aborted"] = str(exc)
         status = 2

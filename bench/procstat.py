@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -32,11 +31,10 @@ def start_bridge(port: int, settings: dict[str, str] | None = None, checkout: st
     for _ in range(100):
         if proc.poll() is not None:
             raise RuntimeError(f"bridge exited with {proc.returncode} before listening on {port}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+        # Its own listener: a connection alone could reach another process holding the port.
+        if listener_pid(port) == proc.pid:
             return proc
-        except OSError:
-            time.sleep(0.1)
+        time.sleep(0.1)
     proc.kill()
     raise RuntimeError(f"bridge did not listen on {port} within 10 s")
 

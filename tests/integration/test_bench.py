@@ -67,6 +67,32 @@ def test_bench_runs_an_older_checkout_interleaved_with_rabbitmq_on_its_own_core(
     assert "(before)" in done.stdout
 
 
+@pytest.mark.skipif(os.environ.get("STOMP_BRIDGE_TEST_TARGET") == "native", reason="runs both sides itself")
+def test_bench_that_cannot_start_its_before_bridge_stops_the_other_and_unpins_rabbitmq(broker, tmp_path):
+    """The --before bridge's port taken: the bench says so and ends at once, its first bridge
+    stopped and RabbitMQ's threads back on every core. (It once left the first bridge running,
+    holding the caller's pipes until a 300-s timeout, and RabbitMQ pinned to core 0.)"""
+    import socket
+
+    from bench.procstat import listener_pid
+
+    if broker.local is None:
+        pytest.skip("RabbitMQ's process is pinned through /proc: a local broker only")
+    beam = listener_pid(broker.local.stomp_port)
+    assert beam is not None, f"RabbitMQ's process not found by its STOMP port {broker.local.stomp_port}"
+    every_core = os.sched_getaffinity(beam)
+    with socket.create_server(("0.0.0.0", 0)) as taken:
+        done = subprocess.run(
+            [sys.executable, "-m", "bench", "--runs", "1", "--messages", "200", "--only", "send",
+             "--broker", broker.local.name, "--before", str(ROOT), "--before-port", str(taken.getsockname()[1]),
+             "--taskset", "--bridge-port", str(free_port())],
+            cwd=ROOT, capture_output=True, text=True, timeout=120,
+        )
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "ABORTED: bridge exited with 1 before listening" in done.stderr
+    assert os.sched_getaffinity(beam) == every_core
+
+
 @pytest.mark.skipif(os.environ.get("STOMP_BRIDGE_TEST_TARGET") == "native", reason="the bridge's tracing")
 def test_the_tracing_bench_measures_each_mode_and_every_sampled_span_reaches_its_receiver(broker, tmp_path):
     """python -m bench.tracing, short: three bridges (off, unsampled, sampled), the CPU per SEND
