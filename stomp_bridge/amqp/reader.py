@@ -178,13 +178,7 @@ class BulkFrameReceiver(internals.FrameReceiver):
                 raise amqp_exc.AMQPConnectionError("Server connection unexpectedly closed")
             self._buf += data
             self._parse()
-            touched = self._touched
-            if touched:
-                for target in touched:
-                    target.touched = False
-                    if target.on_batch_end is not None:
-                        self._call(target.on_batch_end)
-                touched.clear()
+            self._end_batch()
             if not frames:
                 # aiormq judges the connection alive by the frames it sees, and RabbitMQ
                 # sends no heart-beats while deliveries flow: without this, a consumer fed
@@ -195,6 +189,16 @@ class BulkFrameReceiver(internals.FrameReceiver):
                     return _ALIVE
         self._surfaced = self.loop.time()
         return frames.popleft()
+
+    def _end_batch(self) -> None:
+        """The chunk's frames are handled: each channel they reached flushes once (on_batch_end)."""
+        touched = self._touched
+        if touched:
+            for target in touched:
+                target.touched = False
+                if target.on_batch_end is not None:
+                    self._call(target.on_batch_end)
+            touched.clear()
 
     def _feed(self, data: bytes) -> None:
         """A chunk from the socket (the StreamReader's ``feed_data``): its frames handled now."""
@@ -207,13 +211,7 @@ class BulkFrameReceiver(internals.FrameReceiver):
             self._error = exc
             self._wake()
             return
-        touched = self._touched
-        if touched:
-            for target in touched:
-                target.touched = False
-                if target.on_batch_end is not None:
-                    self._call(target.on_batch_end)
-            touched.clear()
+        self._end_batch()
         frames = self._frames
         if not frames:
             # aiormq judges the connection alive by the frames it sees (see get_frame)

@@ -5,6 +5,7 @@ arrival and the write, and a frame that needs the loop (a job) still runs there,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from pamqp import commands as spec
 
@@ -25,7 +26,9 @@ async def _until(condition, passes: int = 200) -> None:
     raise AssertionError("never happened")
 
 
-async def test_a_send_arriving_while_the_loop_waits_is_published_before_the_loop_runs_again():
+@contextlib.asynccontextmanager
+async def _logged_in():
+    """A connection over a fake socket and a fake RabbitMQ, past CONNECTED: (link, client, rabbit)."""
     rabbits = Rabbits()
     settings = Settings(amqp_url="amqp://guest:guest@127.0.0.1:1/", login_check=False)
     link = TcpLink(lambda _: None, high=1 << 20)
@@ -37,15 +40,19 @@ async def test_a_send_arriving_while_the_loop_waits_is_published_before_the_loop
     try:
         link.data_received(b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\0")
         await _until(lambda: any(w.startswith(b"CONNECTED") for w in client.written))
-        rabbit = rabbits.made[-1]
+        yield link, client, rabbits.made[-1]
+    finally:
+        link.connection_lost(None)  # the client goes: the loop ends
+        await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), 10)
+
+
+async def test_a_send_arriving_while_the_loop_waits_is_published_before_the_loop_runs_again():
+    async with _logged_in() as (link, client, rabbit):
         link.data_received(b"SEND\ndestination:/queue/q\nreceipt:r1\n\nbody\0")  # a receipt's job: the loop
         await _until(lambda: any(isinstance(f, spec.Basic.Publish) for f in rabbit.methods()))
         await _until(lambda: link._waiter is not None)  # the loop waits for bytes again
         link.data_received(b"SEND\ndestination:/queue/q\n\nfast\0")
         assert [type(f) for f in rabbit.methods()] == [spec.Basic.Publish]  # now, in this callback
-    finally:
-        link.connection_lost(None)  # the client goes: the loop ends
-        await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), 10)
 
 
 async def test_a_large_chunk_goes_through_the_loop_and_its_frame_is_still_published():
@@ -53,26 +60,11 @@ async def test_a_large_chunk_goes_through_the_loop_and_its_frame_is_still_publis
     chunks that gather meanwhile together; the frame it completes is published all the same."""
     from stomp_bridge.transport.connection import SMALL_CHUNK
 
-    rabbits = Rabbits()
-    settings = Settings(amqp_url="amqp://guest:guest@127.0.0.1:1/", login_check=False)
-    link = TcpLink(lambda _: None, high=1 << 20)
-    client = FakeTransport()
-    link.connection_made(client)
-    connection = Connection(link, settings, Rules.of(settings), Counters(), rabbits.pool(separate_publishers=False),
-                            peer=("127.0.0.1", 40000))
-    task = asyncio.ensure_future(connection.run())
-    try:
-        link.data_received(b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\0")
-        await _until(lambda: any(w.startswith(b"CONNECTED") for w in client.written))
-        rabbit = rabbits.made[-1]
+    async with _logged_in() as (link, client, rabbit):
         await _until(lambda: link._waiter is not None)
         body = b"x" * (2 * SMALL_CHUNK)
         frame = b"SEND\ndestination:/queue/q\ncontent-length:%d\n\n%s\0" % (len(body), body)
         link.data_received(frame[:SMALL_CHUNK])
         assert link._chunks  # left to the loop
         link.data_received(frame[SMALL_CHUNK:])
-        await _until(lambda: any(isinstance(f, spec.Basic.Publish) for f in rabbit.frames and
-                                 [f for _, f in rabbit.frames]))
-    finally:
-        link.connection_lost(None)
-        await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), 10)
+        await _until(lambda: any(isinstance(f, spec.Basic.Publish) for f in rabbit.methods()))
