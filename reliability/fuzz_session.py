@@ -81,6 +81,9 @@ def _headers(rng: random.Random, command: str) -> dict[str, str]:
         h["content-length"] = rng.choice(["0", "5", "-1", "x", "999999999"])
     if rng.random() < 0.05:
         h["x-" + "k" * rng.randrange(1, 100)] = "v" * rng.randrange(0, 500)
+    if rng.random() < 0.03:  # over RabbitMQ's frame_max (128 KiB) together: as message headers or queue arguments
+        for name in ("big", "x-dead-letter-exchange", "x-dead-letter-routing-key", "x-overflow"):
+            h[name] = "v" * 40_000
     return h
 
 
@@ -173,7 +176,9 @@ async def session(port: int, vhost: str, rng: random.Random, tally: dict) -> Non
 
 async def run(amqp_url: str, mgmt: Management, sessions: int, seed: int = 1, parallel: int = 4) -> dict:
     vhost = mgmt.temporary_vhost()
-    bridge = BridgeProcess(amqp_url, {"connect_timeout": 3}).start()
+    # Every session on one shared AMQP connection with the probe: what one session sends must
+    # never cost the connection (a connection error would end the probe too).
+    bridge = BridgeProcess(amqp_url, {"connect_timeout": 3, "amqp_min_connections_per_login": 1}).start()
     probe = await Probe(bridge.port, vhost).start()
     tally = {"sessions": 0, "bytes": 0, "errors": 0, "closed": 0, "reset": 0, "refused": 0, "frames_back": 0}
     started = time.monotonic()

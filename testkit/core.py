@@ -43,6 +43,7 @@ class Harness:
         )
         self.closes = 0
         self.core.on_close = self._closed
+        self.frame_max = 131072  # what RabbitMQ's tune says, as the login reports it
         self.plans: list[Any] = []  # every plan the core made, in order
         self.seq = 0  # publishes so far: the confirm numbers
         self.names = 0  # server-named queues so far
@@ -205,7 +206,7 @@ class Harness:
         if kind is p.ResolveSecurity:
             return None, None
         if kind is p.OpenAmqp:
-            return p.Opened(plan.vhost, BROKER_VERSION, Dialect((4, 3, 6)))
+            return p.Opened(plan.vhost, BROKER_VERSION, Dialect((4, 3, 6)), self.frame_max)
         if kind is p.Get:
             found = self.gets.get(plan.queue)
             return found.pop(0) if found else None

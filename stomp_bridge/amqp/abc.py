@@ -53,6 +53,7 @@ class SessionChannel(Protocol):
 
     broker_version_text: str  # RabbitMQ's version, as its server properties say it
     dialect: Dialect  # the plugin rules of that version
+    frame_max: int  # the largest frame RabbitMQ takes on this channel's connection (its tune)
     publish_seq: int  # the number the last ``publish`` returned (0 before any)
 
     def listen(self, events: ChannelEvents, writable: Callable[[], Awaitable[None]] | None = None) -> None:

@@ -64,8 +64,8 @@ class AmqpSession:
     """The channel that serves one STOMP connection, on a shared AMQP connection."""
 
     __slots__ = (
-        "pool", "shared", "channel", "broker_version_text", "dialect", "publish_seq",
-        "_main", "_out", "_number", "_credentials", "_opening_publisher", "_events", "_closing",
+        "pool", "shared", "channel", "broker_version_text", "dialect", "frame_max", "publish_seq",
+        "_main", "_out", "_number", "_credentials", "_separate", "_opening_publisher", "_events", "_closing",
         "_prefetch", "_auto", "_acker", "_rpcs", "_lost", "_consuming",
     )
 
@@ -83,7 +83,8 @@ class AmqpSession:
         self._number = channel.number
         # Where publishes go: this channel's writer, or (separate publishers, see the module
         # docstring) a channel on a publishing connection, opened by ``open_publisher``.
-        self._credentials = credentials if pool.separate_publishers else None
+        self._credentials = credentials  # for the connections it opens later (a publishing one, a declare's)
+        self._separate = pool.separate_publishers and credentials is not None
         self._opening_publisher: asyncio.Lock | None = None
         self._events: ChannelEvents | None = None  # until listen(): events are dropped
         self._closing = False
@@ -92,6 +93,7 @@ class AmqpSession:
         self._prefetch = 0  # the per-consumer prefetch the channel applies to new consumers
         self._consuming = asyncio.Lock()  # a qos and its consume, one pair at a time
         self._main = self._out = ChannelWriter(shared, channel)
+        self.frame_max = self._main.frame_max
         self._auto = AutoAck(pool.auto_ack_window)  # the ack:auto consumers, acked by the bridge
         self._acker = AutoAcker(self._auto, self._main)
         hooks = channel.hooks  # every frame of the channel's number comes through them
@@ -138,7 +140,7 @@ class AmqpSession:
     @property
     def publisher_ready(self) -> bool:
         """``publish`` may be called: this channel publishes, or its publishing channel is open."""
-        return self._credentials is None or self._out is not self._main
+        return not self._separate or self._out is not self._main
 
     async def open_publisher(self) -> None:
         """The channel this session publishes on, on one of its login's publishing connections
@@ -187,7 +189,7 @@ class AmqpSession:
 
     def _publish_here(self, exc: BaseException) -> None:
         """No publishing connection: this session publishes on its own channel from now on."""
-        self._credentials = None
+        self._separate = False
         log.info("publishing on the session's channel: RabbitMQ opened no publishing connection",
                  extra={"reason": repr(exc)})
 
@@ -340,12 +342,33 @@ class AmqpSession:
     ) -> str:
         if name:
             self._check_exclusive(name)
+        if not (durable or exclusive or self.shared.transient_queues):
+            return await self._declare_apart(name, auto_delete, arguments)
         ok = await self._rpc(
             self.channel.queue_declare, name, durable=durable, exclusive=exclusive, auto_delete=auto_delete,
             arguments=arguments or None,
         )
         if exclusive:
             self.shared.exclusive[ok.queue] = self._number
+        return ok.queue
+
+    async def _declare_apart(self, name: str, auto_delete: bool, arguments: dict[str, Any] | None) -> str:
+        """A transient non-exclusive queue, declared on a connection of its own: where RabbitMQ
+        denies them it closes the connection the declare came on (``pool.py``, Isolation)."""
+        declarer = self.pool.declarer
+        if declarer is None or self._credentials is None:
+            self.shared.transient_queues = True
+            return await self.declare_queue(name, durable=False, auto_delete=auto_delete, arguments=arguments)
+        await self.flush()  # what the session sent before this declare reaches RabbitMQ first
+        login, passcode, vhost, client_name, context, external, timeout = self._credentials
+        try:
+            method = spec.Queue.Declare(queue=name, durable=False, exclusive=False, auto_delete=auto_delete,
+                                        arguments=arguments or None)
+            ok = await declarer(login, passcode, vhost, f"{client_name} declare", method,
+                                context=context, external=external, near=self.shared.node)
+        except ValueError as exc:  # pamqp refuses a name or value it cannot encode
+            raise ProtocolError("Invalid header", f"RabbitMQ cannot be sent this value: {exc}") from exc
+        self.shared.transient_queues = True
         return ok.queue
 
     async def bind(

@@ -67,7 +67,12 @@ def make_pool(endpoints: Endpoints, *, heartbeat: int = 60, timeout: float = 10.
     async def checker(login: str, passcode: str, vhost: str, client_name: str, **tls: Any) -> None:
         await check_login(endpoints, login, passcode, vhost, client_name, timeout, **tls)
 
-    return AmqpPool(opener, checker, **options)
+    async def declarer(
+        login: str, passcode: str, vhost: str, client_name: str, method: spec.Queue.Declare, **options: Any
+    ) -> spec.Queue.DeclareOk:
+        return await declare_apart(endpoints, login, passcode, vhost, client_name, timeout, method, **options)
+
+    return AmqpPool(opener, checker, declarer=declarer, **options)
 
 
 # RabbitMQ reads at most this much of a frame before a client has logged in (FRAME_MIN_SIZE:
@@ -121,6 +126,37 @@ async def check_login(
         endpoints, login, passcode, client_name, external,
         lambda url: asyncio.wait_for(_handshake(url, login, passcode, vhost, client_name, context, external), timeout),
     )
+
+
+async def declare_apart(
+    endpoints: Endpoints, login: str, passcode: str, vhost: str, client_name: str, timeout: float,
+    method: spec.Queue.Declare, context: ssl.SSLContext | None = None, external: bool = False,
+    near: tuple[str, int] | None = None,
+) -> spec.Queue.DeclareOk:
+    """``method`` on a connection of its own, opened for it and closed after it (the node at
+    ``near`` first): for a declare whose refusal closes the whole connection it was sent on,
+    which must not be a connection other sessions share. Raises RabbitMQ's refusal."""
+    return await _first_node(
+        endpoints, login, passcode, client_name, external,
+        lambda url: asyncio.wait_for(
+            _declare_once(url, login, passcode, vhost, client_name, context, external, method), timeout),
+        near,
+    )
+
+
+async def _declare_once(
+    url: str, login: str, passcode: str, vhost: str, client_name: str,
+    context: ssl.SSLContext | None, external: bool, method: spec.Queue.Declare,
+) -> spec.Queue.DeclareOk:
+    handshake = await Handshake.connect(url, context)
+    try:
+        start = await handshake.start()
+        await handshake.login(start, login, passcode, vhost, client_name, external)
+        ok = await handshake.declare_queue(method)
+        await handshake.close("declared")
+        return ok
+    finally:
+        handshake.abort()
 
 
 async def _first_node(

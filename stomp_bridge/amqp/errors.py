@@ -21,14 +21,23 @@ def broker_error(exc: BaseException) -> StompError:
         if isinstance(candidate, str) and candidate:
             text = candidate
             break
-    if "credential expired" in text:  # rabbitmq_auth_backend_oauth2: the token's exp passed
-        return token_expired(text)
-    if " - " in text:
-        name = text.split(" - ", 1)[0].strip().lower()
-        return BrokerError(name, text)
+    named = reply_error(text)
+    if named is not None:
+        return named
     if isinstance(exc, (amqp_exc.AMQPConnectionError, ConnectionError, OSError)):
         return BrokerError(
             "Broker connection lost",
             f"The connection to RabbitMQ closed ({exc!r}). Reconnect to retry.",
         )
     return BrokerError("Processing error", text or repr(exc))
+
+
+def reply_error(text: str) -> StompError | None:
+    """The ERROR for a channel.close or connection.close reply text (``NOT_FOUND - no queue …``):
+    named after the AMQP error, the text as its body; None if the text names none."""
+    if "credential expired" in text:  # rabbitmq_auth_backend_oauth2: the token's exp passed
+        return token_expired(text)
+    if " - " in text:
+        name = text.split(" - ", 1)[0].strip().lower()
+        return BrokerError(name, text)
+    return None

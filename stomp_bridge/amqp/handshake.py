@@ -4,7 +4,9 @@ Two checks need a connection to RabbitMQ that is opened and closed again, never 
 start-up and /readyz probe (``probe.py``: does an AMQP broker answer? It stops at
 connection.start, the broker's first word, which needs no credentials) and the login check
 (``connect.check_login``: would RabbitMQ accept this login and vhost now? It goes on to
-connection.open-ok, then closes). Both take the steps of one :class:`Handshake`. The
+connection.open-ok, then closes). Both take the steps of one :class:`Handshake`, and so does
+the one declare that may close a whole connection (``connect.declare_apart``: a transient
+non-exclusive queue, which RabbitMQ 4.3 refuses with a connection error). The
 connections that sessions keep are aiormq's (``connect.py``; the measurement behind that
 choice is in docs/development.md).
 """
@@ -21,7 +23,8 @@ import pamqp.frame
 import pamqp.header
 from pamqp import commands as spec
 
-from stomp_bridge.protocol.errors import AccessRefused
+from stomp_bridge.amqp.errors import reply_error
+from stomp_bridge.protocol.errors import AccessRefused, BrokerError
 
 PROTOCOL_HEADER = pamqp.header.ProtocolHeader().marshal()  # b"AMQP\x00\x00\x09\x01"
 # frame type 1 (method) on channel 0, then after the 4-byte size: class 10 (connection), method 10 (start)
@@ -117,6 +120,22 @@ class Handshake:
             raise AccessRefused("Bad CONNECT", f"Virtual host '{vhost}' access denied", private=opened.reply_text)
         return tune
 
+    async def declare_queue(self, method: spec.Queue.Declare) -> spec.Queue.DeclareOk:
+        """``method`` on a channel of its own (1), after a login: RabbitMQ's declare-ok, or its
+        refusal raised as the plugin's ERROR, whether it closed the channel or the connection
+        (then answered with close-ok: :meth:`close` is not called)."""
+        self._send(spec.Channel.Open(), 1)
+        answer = await self._receive()
+        if isinstance(answer, spec.Channel.OpenOk):
+            self._send(method, 1)
+            answer = await self._receive()
+            if isinstance(answer, spec.Queue.DeclareOk):
+                return answer
+        if isinstance(answer, spec.Connection.Close):
+            self._send(spec.Connection.CloseOk())
+        text = getattr(answer, "reply_text", "") or f"RabbitMQ answered {type(answer).__name__}"
+        raise reply_error(text) or BrokerError("Processing error", text)
+
     async def close(self, reason: str) -> None:
         """connection.close and RabbitMQ's close-ok, after a login."""
         self._send(spec.Connection.Close(reply_code=200, reply_text=reason, class_id=0, method_id=0))
@@ -126,8 +145,8 @@ class Handshake:
         """Hang up (after close, or at any step before it)."""
         self.writer.close()
 
-    def _send(self, method: Any) -> None:
-        self.writer.write(pamqp.frame.marshal(method, 0))
+    def _send(self, method: Any, channel: int = 0) -> None:
+        self.writer.write(pamqp.frame.marshal(method, channel))
 
     async def _read(self) -> bool:
         """More bytes from RabbitMQ; False at the end of the stream."""
@@ -136,7 +155,7 @@ class Handshake:
         return bool(data)
 
     async def _receive(self) -> Any:
-        """The next frame (a method on channel 0: no heart-beats were agreed yet)."""
+        """The next frame (a method: no heart-beats were agreed, and one channel at most is open)."""
         received = self.received
         while True:
             if len(received) >= _FRAME.size:

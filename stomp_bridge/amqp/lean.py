@@ -253,6 +253,10 @@ class LeanChannel:
 
     async def _write(self, method: Any) -> None:
         data = pamqp.frame.marshal(method, self.number)
+        frame_max = self.connection.connection_tune.frame_max
+        if frame_max and len(data) > frame_max:  # RabbitMQ would close the whole (shared) connection
+            raise ValueError(f"{method.name} would take {len(data)} bytes, over RabbitMQ's frame_max of "
+                             f"{frame_max}: send shorter header values, or raise frame_max in rabbitmq.conf")
         if not self._send_now(data):
             await internals.write_queue(self.connection).put(internals.channel_frame(data))
 

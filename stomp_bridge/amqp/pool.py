@@ -32,7 +32,16 @@ gets RabbitMQ's own RESOURCE_LOCKED answer instead, as it would from the plugin.
 Isolation. A channel error (404, 403, 406 …) closes only that channel, so it
 ends only its STOMP session; losing or closing the connection ends every
 session on it, each with the reason (``connection_forced``, ``Broker
-connection lost``).
+connection lost``). So what one session sends must never cause a connection
+error: a method or message header too large for RabbitMQ's frame_max is refused
+before it is sent (``lean.py``, the core's publish check), and the one declare
+RabbitMQ answers with a connection error, a transient non-exclusive queue where
+the deprecated feature ``transient_nonexcl_queues`` is denied (4.3's default
+configuration can be made to; a later release denies it by default), goes on a
+connection of its own (``connect.declare_apart``) until RabbitMQ has once
+accepted such a declare from the node of a shared connection
+(``SharedConnection.transient_queues``), after which it goes on the session's
+channel there.
 
 Publishing connections. A resource alarm makes RabbitMQ stop reading every
 connection that publishes, whole: the ACKs of the other sessions on it too.
@@ -79,7 +88,7 @@ class SharedConnection:
 
     __slots__ = (
         "key", "connection", "hooks", "sessions", "reserved", "opened_at", "cap", "channel_max", "_cursor",
-        "retired", "exclusive", "publishing", "linger", "node",
+        "retired", "exclusive", "publishing", "linger", "node", "transient_queues",
     )
 
     def __init__(self, key: tuple, connection: aiormq.Connection, hooks: Hooks, cap: int, now: float) -> None:
@@ -98,6 +107,8 @@ class SharedConnection:
         self.linger: asyncio.TimerHandle | None = None  # the close of a publishing one nobody uses
         url = getattr(connection, "url", None)  # the node it is on (host, port)
         self.node: tuple[str, int] | None = (url.host, url.port) if url is not None else None
+        # RabbitMQ accepted a transient non-exclusive queue from this node (the module docstring)
+        self.transient_queues = False
 
     def free_number(self) -> int:
         """A channel number up to the broker's channel_max that none of our channels holds (a
@@ -130,13 +141,15 @@ def closing_reason(future: asyncio.Future, default: str) -> BaseException:
 
 Opener = Callable[..., Any]  # async (login, passcode, vhost, client_name) -> (aiormq.Connection, Hooks)
 Checker = Callable[..., Any]  # async (login, passcode, vhost, client_name): raises RabbitMQ's refusal
+# async (login, passcode, vhost, client_name, queue.declare, context=, external=, near=) -> declare-ok
+Declarer = Callable[..., Any]
 
 
 class AmqpPool:
     """Shared connections by (user, passcode digest, vhost); any node of ``amqp_url`` serves."""
 
     def __init__(
-        self, opener: Opener, checker: Checker, *, channels_per_connection: int = 64,
+        self, opener: Opener, checker: Checker, *, declarer: Declarer | None = None, channels_per_connection: int = 64,
         min_connections: int = 1, reuse_seconds: float = 300.0, auto_ack_window: int = 500,
         login_cache_seconds: float = 0.0, separate_publishers: bool = True, linger_seconds: float = 10.0,
         clock: Callable[[], float] = monotonic,
@@ -144,6 +157,7 @@ class AmqpPool:
         self.min_connections = max(1, min_connections)
         self._opener = opener
         self._checker = checker
+        self.declarer = declarer  # None (tests): every declare goes on the session's channel
         self.auto_ack_window = auto_ack_window  # read by each session (channel.AmqpSession)
         self.separate_publishers = separate_publishers  # likewise
         self.linger_seconds = linger_seconds

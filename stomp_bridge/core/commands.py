@@ -70,6 +70,7 @@ def logged_in(core: Context, opened: Opened, user: str, version: str, heartbeat:
     core.state = OPEN
     core.user, core.vhost = user, opened.vhost
     core.dest_rules = dest.DestinationRules(rules.default_topic_exchange, opened.dialect, rules.headers_bindings)
+    core.frame_max = opened.frame_max
     core.version = version
     # The plugin's codec unescapes every frame with 1.2 rules whatever the version, and
     # escapes what it sends the same way; both sides match it.

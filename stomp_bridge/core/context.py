@@ -111,7 +111,7 @@ class Context:
         "subscriptions", "unacked", "transactions", "declared_queues", "reply_queues", "exclusive_queues",
         "client_id", "policy", "token_login", "token_subject", "discard_on_close", "ledger", "mandatory", "refused",
         "settling", "close_reason", "close_detail", "out", "wakeup", "on_close", "to_amqp", "jobs", "scheduled_exchanges",
-        "observer",
+        "observer", "frame_max",
     )
 
     def __init__(
@@ -153,6 +153,7 @@ class Context:
             )
         )
         self.dest_rules = dest.DestinationRules(rules.default_topic_exchange)  # the broker's, once logged in
+        self.frame_max = hdr.FRAME_MAX_DEFAULT  # the broker's, once logged in (Opened)
         self.subscriptions: dict[str, Subscription] = {}  # by consumer tag
         self.unacked = Unacked()  # what the client has to ACK, by delivery tag, in order
         self.transactions = Transactions(

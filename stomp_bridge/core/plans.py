@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from stomp_bridge.protocol.destinations import QueueDeclare
+from stomp_bridge.protocol.headers import FRAME_MAX_DEFAULT
 
 # -- per message: the core queues these in ``to_amqp``; the driver sends them in order -------
 
@@ -121,6 +122,7 @@ class Opened(NamedTuple):
     vhost: str
     broker_version_text: str
     dialect: Any  # protocol.dialect.Dialect
+    frame_max: int = FRAME_MAX_DEFAULT  # the largest AMQP frame RabbitMQ takes on this session's connection
 
 
 class SetTimer(NamedTuple):  # -> None; at ``delay`` seconds the driver calls core.timer_fired(name)

@@ -151,8 +151,8 @@ def publish(core: Context, frame: Frame, destination: dest.Destination, target: 
     if "mandatory" in headers:
         mandatory = hdr.parse_bool(headers["mandatory"]) or False
     exchange, routing_key = target.exchange, target.routing_key
-    problem = hdr.publish_problem(exchange, routing_key, props)
-    if problem is not None:  # a value AMQP cannot carry, e.g. a 300-byte routing key
+    problem = hdr.publish_problem(exchange, routing_key, props, core.frame_max)
+    if problem is not None:  # a value AMQP cannot carry, e.g. a 300-byte routing key or 200 kB of headers
         raise FrameRejected("Invalid header", f"{problem}\n")
     if delay is not None:
         if "expiration" in props:  # RabbitMQ would expire it while it waits, and drop the TTL after

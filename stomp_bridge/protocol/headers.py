@@ -402,6 +402,12 @@ def _stream_offset_integer(text: str) -> int:
 # -- what a publish can carry -------------------------------------------------------------
 
 SHORTSTR_MAX = 255  # bytes in an AMQP short string: exchange, routing key, header names, most properties
+FRAME_MAX_DEFAULT = 131072  # RabbitMQ's frame_max unless its configuration says otherwise
+# Around a message's properties in AMQP: the content header frame's own 22 bytes (frame
+# header 7, class, weight, body size and flags 14, frame end 1), and room for what the bridge
+# adds to the headers after its check (a trace context, the scheduled-delivery headers).
+_CONTENT_HEADER_FRAME = 22
+_ADDED_LATER = 512
 # The properties AMQP encodes as short strings (and the headers table, whose keys are), in the
 # order amqp/codec.py encodes them: the first that is too long is the one named.
 _SHORTSTR_ORDER = (
@@ -419,9 +425,20 @@ def _size_over(text: str) -> int:
     return size if size > SHORTSTR_MAX else 0
 
 
-def publish_problem(exchange: str, routing_key: str, props: dict[str, Any]) -> str | None:
-    """Why AMQP cannot carry this publish (a value over a short string's 255 bytes), worded as
-    amqp/codec.py would refuse it; None for almost every publish, found with a length check each."""
+def publish_problem(
+    exchange: str, routing_key: str, props: dict[str, Any], frame_max: int = FRAME_MAX_DEFAULT,
+) -> str | None:
+    """Why AMQP cannot carry this publish, worded as amqp/codec.py would refuse it: a value over
+    a short string's 255 bytes, or properties over one frame (``frame_max``, RabbitMQ's: it
+    closes the whole connection on a larger frame); None for almost every publish, found with
+    a length check each."""
+    problem = _short_string_problem(exchange, routing_key, props)
+    if problem is None:
+        problem = _properties_size_problem(props, frame_max)
+    return problem
+
+
+def _short_string_problem(exchange: str, routing_key: str, props: dict[str, Any]) -> str | None:
     if len(exchange) <= 63 and len(routing_key) <= 63:
         for name, value in props.items():
             if name == "headers":
@@ -449,3 +466,26 @@ def publish_problem(exchange: str, routing_key: str, props: dict[str, Any]) -> s
         elif isinstance(value, str) and (size := _size_over(value)):
             return f"{name.replace('_', '-')} is {size} bytes long; AMQP short strings hold at most {SHORTSTR_MAX}"
     return None
+
+
+def _properties_size_problem(props: dict[str, Any], frame_max: int) -> str | None:
+    """Why ``props`` would not fit one content header frame; RabbitMQ answers a larger frame by
+    closing the whole connection (FRAME_ERROR), which other sessions share. A bound from the
+    character counts clears nearly every SEND; only one within reach of the limit is encoded."""
+    table = props.get("headers") or {}
+    budget = frame_max - _CONTENT_HEADER_FRAME - _ADDED_LATER
+    # UTF-8 takes 4 bytes a character at most; a header 6 more; the other properties are short
+    # strings (256 bytes at most) or numbers.
+    if 4 * (sum(map(len, table)) + sum(map(len, table.values()))) + 6 * len(table) + 16 * 256 <= budget:
+        return None
+    size = 4
+    for key, value in table.items():
+        size += 6 + len(key.encode("utf-8")) + (len(value.encode("utf-8")) if type(value) is str else 8)
+    for name, value in props.items():
+        if name != "headers":
+            size += 1 + len(value.encode("utf-8")) if type(value) is str else 8
+    if size <= budget:
+        return None
+    return (f"the headers take {size} bytes in AMQP, over the {budget} that fit RabbitMQ's frame_max of "
+            f"{frame_max} with the bridge's own: send fewer or shorter headers (or the data in the body), "
+            "or raise frame_max in rabbitmq.conf")

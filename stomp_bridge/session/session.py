@@ -296,7 +296,7 @@ class Session:
             raise
         self.amqp = amqp
         self._listen(amqp)
-        return Opened(vhost, amqp.broker_version_text, amqp.dialect)
+        return Opened(vhost, amqp.broker_version_text, amqp.dialect, amqp.frame_max)
 
     async def _open_channel(self, user: str, passcode: str, vhost: str, cert_login: AmqpLogin | None) -> SessionChannel:
         security = self._security

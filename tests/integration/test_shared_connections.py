@@ -110,6 +110,63 @@ def test_a_channel_error_ends_only_its_own_session(neighbours, unique):
     assert next(iter(b._server.pool._connections.values())) == [shared], "same connection, no reconnect"
 
 
+@pytest.mark.parametrize("destination", ["/queue/transient-{unique}", "/exchange/amq.fanout"])
+def test_a_transient_shared_queue_costs_no_neighbour_its_connection(neighbours, broker, rabbit, destination, unique):
+    """RabbitMQ 4.3 as the tests configure it (and a later release by default) denies a
+    non-durable non-exclusive queue (``transient_nonexcl_queues``) with a connection error: the
+    declare goes on a connection of its own, so only the session that asked for it gets the
+    ERROR, and on a broker that permits it the session gets its queue."""
+    b, name, victim, neighbour = neighbours
+    shared = next(iter(b._server.pool._connections.values()))[0]
+    queue = f"transient-{unique}"
+    victim.send_frame("SUBSCRIBE", {"destination": destination.format(unique=unique), "id": "t",
+                                    "durable": "false", "exclusive": "false", "x-queue-name": queue,
+                                    "receipt": "r-t"})
+    try:
+        if broker.version_tuple >= (4, 3):  # scripts/rabbitmq4 denies it on 4.3
+            error = victim.error_then_close()
+            assert (error["message"], error["receipt-id"]) == ("internal_error", "r-t")
+            assert "transient_nonexcl_queues" in error.text
+            assert rabbit.queue(queue) is None
+        else:
+            victim.wait_receipt("r-t")
+            q = rabbit.queue(queue)
+            assert (q["durable"], q["exclusive"]) == (False, False)
+            victim.receipt("SUBSCRIBE", {"destination": f"/queue/{queue}-2", "id": "t2", "durable": "false",
+                                         "exclusive": "false"})  # on the session's channel now
+            assert shared.transient_queues
+        neighbour.receipt("SEND", {"destination": f"/queue/{name}"}, b"still here")
+        assert neighbour.expect("MESSAGE").body == b"still here"
+        assert next(iter(b._server.pool._connections.values())) == [shared], "same connection, no reconnect"
+    finally:
+        for q in (queue, f"{queue}-2"):
+            rabbit.request("DELETE", f"/queues/%2F/{q}")
+
+
+def test_frames_over_rabbitmqs_frame_max_are_refused_and_cost_no_neighbour_its_connection(neighbours, unique):
+    """RabbitMQ closes the whole connection on a frame over its frame_max (128 KiB): a SEND's
+    headers or a SUBSCRIBE's queue arguments that large are refused before they are sent (the
+    plugin, on a direct connection, has no such limit: docs/compatibility.md)."""
+    b, name, victim, neighbour = neighbours
+    shared = next(iter(b._server.pool._connections.values()))[0]
+    big = "v" * 60_000
+    victim.receipt("SEND", {"destination": f"/queue/{name}"}, b"first")  # its publishing channel is open
+    assert neighbour.expect("MESSAGE").body == b"first"
+    victim.send_frame("SEND", {"destination": f"/queue/{name}", "receipt": "r-1", "a": big, "b": big, "c": big})
+    error = victim.expect("ERROR")
+    assert (error["message"], error["receipt-id"]) == ("Invalid header", "r-1") and "frame_max" in error.text
+    victim.receipt("SEND", {"destination": f"/queue/{name}"}, b"second")  # not fatal, as a bad header
+    assert neighbour.expect("MESSAGE").body == b"second"
+    victim.send_frame("SUBSCRIBE", {"destination": f"/queue/args-{unique}", "id": "a", "receipt": "r-2",
+                                    "x-dead-letter-exchange": big, "x-dead-letter-routing-key": big,
+                                    "x-overflow": big})
+    error = victim.error_then_close()
+    assert (error["message"], error["receipt-id"]) == ("Invalid header", "r-2") and "frame_max" in error.text
+    neighbour.receipt("SEND", {"destination": f"/queue/{name}"}, b"still here")
+    assert neighbour.expect("MESSAGE").body == b"still here"
+    assert next(iter(b._server.pool._connections.values())) == [shared], "same connection, no reconnect"
+
+
 def test_a_refused_publish_ends_only_its_session_and_gives_back_both_its_channels(neighbours, unique):
     """A session's publishes travel on a channel of a publishing connection (amqp_separate_publishers):
     RabbitMQ closing that channel (a publish to a missing exchange) ends the session with the

@@ -222,3 +222,20 @@ def test_the_cores_publish_check_refuses_exactly_what_the_codec_refuses(exchange
     except ValueError as exc:
         refused = str(exc)
     assert publish_problem(exchange, routing_key, props) == refused
+
+
+@settings(max_examples=200, deadline=None)
+@given(frame_max=st.sampled_from([4096, 8192, 131072]), count=st.integers(0, 40),
+       size=st.integers(0, 8000), char=st.sampled_from(["a", "é", "\u20ac", "\U0001f600"]),
+       content_type=st.text(alphabet="abc/+-", max_size=100))
+def test_the_publish_check_refuses_exactly_the_properties_over_one_frame(frame_max, count, size, char, content_type):
+    """A content header frame over frame_max makes RabbitMQ close the whole connection; the core's
+    check (protocol/headers.publish_problem) lets through exactly the properties whose frame, with
+    the room kept for the bridge's own headers, fits."""
+    from stomp_bridge.amqp.codec import encode_properties
+    from stomp_bridge.protocol.headers import publish_problem
+
+    props = {"content_type": content_type, "headers": {f"h{i}": char * (size // (i + 1)) for i in range(count)}}
+    frame = 22 + len(encode_properties(props)[1])  # frame header, class/weight/size/flags, end
+    problem = publish_problem("", "q", props, frame_max)
+    assert (problem is None) == (frame + 512 <= frame_max), (frame, problem)

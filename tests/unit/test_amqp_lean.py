@@ -13,6 +13,7 @@ from pamqp import commands as spec
 from stomp_bridge.amqp.codec import decode_method
 from stomp_bridge.amqp.lean import GetResult, LeanChannel
 from stomp_bridge.amqp.reader import Hooks
+from tests.unit.fake_rabbit import FakeConnection
 
 NUMBER = 7
 
@@ -29,14 +30,6 @@ class FakeTransport:
 
     def get_write_buffer_size(self) -> int:
         return 0
-
-
-class FakeConnection:
-    """What the lean channel uses of aiormq's connection: its loop and its writer's queue."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.get_running_loop()
-        self.write_queue: asyncio.Queue = asyncio.Queue()
 
 
 class Socket(Hooks):
@@ -94,6 +87,20 @@ async def test_rpc_replies_resolve_their_callers_in_the_order_sent():
     channel.hooks.on_method(payload(spec.Queue.BindOk()))
     assert (await declare).message_count == 3
     assert isinstance(await bind, spec.Queue.BindOk)
+
+
+async def test_a_method_over_rabbitmqs_frame_max_is_refused_unsent():
+    """RabbitMQ closes the whole connection, which other sessions share, on a frame over its
+    frame_max: such a method (a queue's arguments from a client's headers) is never sent."""
+    channel, socket, _, _ = await opened()
+    with pytest.raises(ValueError, match="Queue.Declare would take .* over RabbitMQ's frame_max of 131072"):
+        await channel.queue_declare("q", arguments={"x-dead-letter-exchange": "x" * 140_000})
+    assert socket.methods() == []
+    declare = asyncio.ensure_future(channel.queue_declare("q", arguments={"x-dead-letter-exchange": "x" * 1000}))
+    await asyncio.sleep(0)
+    assert [type(m) for m in socket.methods()] == [spec.Queue.Declare]  # the channel goes on
+    channel.hooks.on_method(payload(spec.Queue.DeclareOk(queue="q", message_count=0, consumer_count=0)))
+    assert (await declare).queue == "q"
 
 
 async def test_exchange_declare_sends_a_durable_exchange_with_its_arguments_and_takes_declare_ok():

@@ -147,6 +147,21 @@ def test_a_send_publishes_and_its_receipt_waits_for_rabbitmqs_confirm():
     assert [f.headers["receipt-id"] for f in h.frames()] == ["r1"]
 
 
+def test_headers_over_rabbitmqs_frame_max_are_refused_before_a_publish_and_the_session_goes_on():
+    """RabbitMQ answers a content header frame over its frame_max by closing the whole AMQP
+    connection, which other sessions share: the core refuses such a SEND itself."""
+    h = Harness()
+    h.frame_max = 8192  # the tune of the session's connection, reported at login
+    h.connect()
+    h.frame("SEND", {"destination": "/queue/q", "receipt": "r1", "big": "é" * 4000})
+    error = h.frames()[-1]
+    assert (error.command, error.headers["message"], error.headers["receipt-id"]) == ("ERROR", "Invalid header", "r1")
+    assert "frame_max of 8192" in error.body.decode()
+    assert h.of(p.Publish) == [] and h.core.state is OPEN
+    h.frame("SEND", {"destination": "/queue/q", "fits": "é" * 3000})
+    assert len(h.of(p.Publish)) == 1
+
+
 def test_a_queue_is_declared_once_per_session():
     h = connected()
     for _ in range(3):
