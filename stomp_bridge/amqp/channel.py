@@ -53,7 +53,7 @@ from stomp_bridge.amqp.lean import GetResult, LeanChannel
 from stomp_bridge.amqp.pool import AmqpPool, SharedConnection, closing_reason
 from stomp_bridge.amqp.writer import ChannelWriter
 from stomp_bridge.protocol.dialect import Dialect, version_tuple
-from stomp_bridge.protocol.errors import BrokerError, ProtocolError, StompError
+from stomp_bridge.protocol.errors import AccessRefused, BrokerError, ProtocolError, StompError
 
 log = logging.getLogger(__name__)
 
@@ -343,7 +343,9 @@ class AmqpSession:
         if name:
             self._check_exclusive(name)
         if not (durable or exclusive or self.shared.transient_queues):
-            return await self._declare_apart(name, auto_delete, arguments)
+            queue = await self._declare_apart(name, auto_delete, arguments)
+            if queue is not None:
+                return queue
         ok = await self._rpc(
             self.channel.queue_declare, name, durable=durable, exclusive=exclusive, auto_delete=auto_delete,
             arguments=arguments or None,
@@ -352,15 +354,17 @@ class AmqpSession:
             self.shared.exclusive[ok.queue] = self._number
         return ok.queue
 
-    async def _declare_apart(self, name: str, auto_delete: bool, arguments: dict[str, Any] | None) -> str:
+    async def _declare_apart(self, name: str, auto_delete: bool, arguments: dict[str, Any] | None) -> str | None:
         """A transient non-exclusive queue, declared on a connection of its own: where RabbitMQ
-        denies them it closes the connection the declare came on (``pool.py``, Isolation)."""
+        denies them it closes the connection the declare came on (``pool.py``, Isolation). None:
+        declare it on this channel after all (no declarer, in tests; or RabbitMQ would not open
+        another connection for this user, e.g. at its connection limit: as before, and as the
+        plugin, which needs none, where RabbitMQ permits such queues)."""
         declarer = self.pool.declarer
         if declarer is None or self._credentials is None:
-            self.shared.transient_queues = True
-            return await self.declare_queue(name, durable=False, auto_delete=auto_delete, arguments=arguments)
+            return None
         await self.flush()  # what the session sent before this declare reaches RabbitMQ first
-        login, passcode, vhost, client_name, context, external, timeout = self._credentials
+        login, passcode, vhost, client_name, context, external, _ = self._credentials
         try:
             method = spec.Queue.Declare(queue=name, durable=False, exclusive=False, auto_delete=auto_delete,
                                         arguments=arguments or None)
@@ -368,6 +372,10 @@ class AmqpSession:
                                 context=context, external=external, near=self.shared.node)
         except ValueError as exc:  # pamqp refuses a name or value it cannot encode
             raise ProtocolError("Invalid header", f"RabbitMQ cannot be sent this value: {exc}") from exc
+        except AccessRefused as exc:
+            log.info("declaring a transient non-exclusive queue on the session's channel: RabbitMQ opened "
+                     "no connection for it", extra={"reason": exc.private or exc.detail})
+            return None
         self.shared.transient_queues = True
         return ok.queue
 

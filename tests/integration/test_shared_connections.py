@@ -143,6 +143,29 @@ def test_a_transient_shared_queue_costs_no_neighbour_its_connection(neighbours, 
             rabbit.request("DELETE", f"/queues/%2F/{q}")
 
 
+def test_a_user_at_its_connection_limit_declares_its_transient_shared_queue_as_before(bridge, dial, rabbit, broker,
+                                                                                       user, unique):
+    """The short connection a transient non-exclusive queue is declared on is one more for the
+    user: where RabbitMQ will not open it (the user's connection limit), the declare goes on the
+    session's channel, as it did before and as the plugin's does, and RabbitMQ decides."""
+    b = bridge(amqp_min_connections_per_login=1)
+    rabbit.request("PUT", f"/user-limits/{user}/max-connections", {"value": 1})
+    conn = dial(b)
+    conn.connect(login=user, passcode="pw1")
+    queue = f"limited-{unique}"
+    conn.send_frame("SUBSCRIBE", {"destination": f"/queue/{queue}", "id": "t", "durable": "false",
+                                  "exclusive": "false", "receipt": "r-t"})
+    try:
+        if broker.version_tuple >= (4, 3):  # denied: RabbitMQ's answer, as without the limit
+            error = conn.error_then_close()
+            assert error["message"] == "internal_error" and "transient_nonexcl_queues" in error.text
+        else:
+            conn.wait_receipt("r-t")
+            assert (rabbit.queue(queue)["durable"], rabbit.queue(queue)["exclusive"]) == (False, False)
+    finally:
+        rabbit.request("DELETE", f"/queues/%2F/{queue}")
+
+
 def test_frames_over_rabbitmqs_frame_max_are_refused_and_cost_no_neighbour_its_connection(neighbours, unique):
     """RabbitMQ closes the whole connection on a frame over its frame_max (128 KiB): a SEND's
     headers or a SUBSCRIBE's queue arguments that large are refused before they are sent (the
