@@ -6,7 +6,8 @@ connection.start, the broker's first word, which needs no credentials) and the l
 (``connect.check_login``: would RabbitMQ accept this login and vhost now? It goes on to
 connection.open-ok, then closes). Both take the steps of one :class:`Handshake`, and so does
 the one declare that may close a whole connection (``connect.declare_apart``: a transient
-non-exclusive queue, which RabbitMQ 4.3 refuses with a connection error). The
+non-exclusive queue, which RabbitMQ refuses with a connection error where
+``transient_nonexcl_queues`` is denied). The
 connections that sessions keep are aiormq's (``connect.py``; the measurement behind that
 choice is in docs/development.md).
 """

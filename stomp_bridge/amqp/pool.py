@@ -36,8 +36,8 @@ connection lost``). So what one session sends must never cause a connection
 error: a method or message header too large for RabbitMQ's frame_max is refused
 before it is sent (``lean.py``, the core's publish check), and the one declare
 RabbitMQ answers with a connection error, a transient non-exclusive queue where
-the deprecated feature ``transient_nonexcl_queues`` is denied (4.3's default
-configuration can be made to; a later release denies it by default), goes on a
+the deprecated feature ``transient_nonexcl_queues`` is denied (a setting in
+4.3, which the tests use; a later release's default), goes on a
 connection of its own (``connect.declare_apart``) until RabbitMQ has once
 accepted such a declare from the node of a shared connection
 (``SharedConnection.transient_queues``), after which it goes on the session's
