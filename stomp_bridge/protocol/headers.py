@@ -430,28 +430,32 @@ def publish_problem(
 ) -> str | None:
     """Why AMQP cannot carry this publish, worded as amqp/codec.py would refuse it: a value over
     a short string's 255 bytes, or properties over one frame (``frame_max``, RabbitMQ's: it
-    closes the whole connection on a larger frame); None for almost every publish, found with
-    a length check each."""
-    problem = _short_string_problem(exchange, routing_key, props)
-    if problem is None:
-        problem = _properties_size_problem(props, frame_max)
-    return problem
-
-
-def _short_string_problem(exchange: str, routing_key: str, props: dict[str, Any]) -> str | None:
+    closes the whole connection on a larger frame); None for almost every publish, found in one
+    pass of length checks (this runs per SEND)."""
     if len(exchange) <= 63 and len(routing_key) <= 63:
+        chars = count = 0  # the headers' values in characters, and the headers
         for name, value in props.items():
             if name == "headers":
-                for key in value:
+                count = len(value)
+                for key, item in value.items():
                     if len(key) > 63:
                         break
+                    chars += len(item)
                 else:
                     continue
                 break
             if type(value) is str and len(value) > 63:
                 break
-        else:
-            return None
+        else:  # every short string fits: 63 characters take 255 bytes at most
+            # UTF-8 takes 4 bytes a character at most, a header 6 more and its name 255; the
+            # other properties are short strings (256 bytes at most) or numbers.
+            if 4 * chars + 261 * count + 16 * 256 <= frame_max - _CONTENT_HEADER_FRAME - _ADDED_LATER:
+                return None
+            return _properties_size_problem(props, frame_max)
+    return _short_string_problem(exchange, routing_key, props) or _properties_size_problem(props, frame_max)
+
+
+def _short_string_problem(exchange: str, routing_key: str, props: dict[str, Any]) -> str | None:
     for what, text in (("exchange", exchange), ("routing key", routing_key)):
         if size := _size_over(text):
             return f"{what} is {size} bytes long; AMQP short strings hold at most {SHORTSTR_MAX}"
@@ -469,15 +473,11 @@ def _short_string_problem(exchange: str, routing_key: str, props: dict[str, Any]
 
 
 def _properties_size_problem(props: dict[str, Any], frame_max: int) -> str | None:
-    """Why ``props`` would not fit one content header frame; RabbitMQ answers a larger frame by
-    closing the whole connection (FRAME_ERROR), which other sessions share. A bound from the
-    character counts clears nearly every SEND; only one within reach of the limit is encoded."""
+    """Why ``props`` would not fit one content header frame, counted exactly (``publish_problem``
+    clears nearly every SEND with a bound first); RabbitMQ answers a larger frame by closing the
+    whole connection (FRAME_ERROR), which other sessions share."""
     table = props.get("headers") or {}
     budget = frame_max - _CONTENT_HEADER_FRAME - _ADDED_LATER
-    # UTF-8 takes 4 bytes a character at most; a header 6 more; the other properties are short
-    # strings (256 bytes at most) or numbers.
-    if 4 * (sum(map(len, table)) + sum(map(len, table.values()))) + 6 * len(table) + 16 * 256 <= budget:
-        return None
     size = 4
     for key, value in table.items():
         size += 6 + len(key.encode("utf-8")) + (len(value.encode("utf-8")) if type(value) is str else 8)
