@@ -139,24 +139,9 @@ async def declare_apart(
     return await _first_node(
         endpoints, login, passcode, client_name, external,
         lambda url: asyncio.wait_for(
-            _declare_once(url, login, passcode, vhost, client_name, context, external, method), timeout),
+            _handshake(url, login, passcode, vhost, client_name, context, external, method), timeout),
         near,
     )
-
-
-async def _declare_once(
-    url: str, login: str, passcode: str, vhost: str, client_name: str,
-    context: ssl.SSLContext | None, external: bool, method: spec.Queue.Declare,
-) -> spec.Queue.DeclareOk:
-    handshake = await Handshake.connect(url, context)
-    try:
-        start = await handshake.start()
-        await handshake.login(start, login, passcode, vhost, client_name, external)
-        ok = await handshake.declare_queue(method)
-        await handshake.close("declared")
-        return ok
-    finally:
-        handshake.abort()
 
 
 async def _first_node(
@@ -201,15 +186,17 @@ async def _first_node(
 
 async def _handshake(
     url: str, login: str, passcode: str, vhost: str, client_name: str,
-    context: ssl.SSLContext | None, external: bool,
-) -> None:
-    """One login on one node, closed again (``handshake.py``); raises RabbitMQ's refusal as
-    the same AccessRefused as _connect's."""
+    context: ssl.SSLContext | None, external: bool, declare: spec.Queue.Declare | None = None,
+) -> spec.Queue.DeclareOk | None:
+    """One login on one node, and ``declare`` after it if given, closed again (``handshake.py``);
+    raises RabbitMQ's refusal as the same AccessRefused as _connect's, or the declare's."""
     handshake = await Handshake.connect(url, context)
     try:
         start = await handshake.start()
         await handshake.login(start, login, passcode, vhost, client_name, external)
-        await handshake.close("login checked")
+        ok = None if declare is None else await handshake.declare_queue(declare)
+        await handshake.close("login checked" if declare is None else "declared")
+        return ok
     finally:
         handshake.abort()
 
