@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import glob
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -171,6 +172,8 @@ class Counter:
                 if new:
                     path = new.pop()
                     time.sleep(0.2)
+                    if os.environ.get("HOTPATH_KEEP"):  # for callgrind_annotate: the last dump kept
+                        shutil.copy(path, os.environ["HOTPATH_KEEP"])
                     with open(path) as f:
                         for line in f:
                             if line.startswith(("totals:", "summary:")):

@@ -4,7 +4,8 @@ Run by path (``python bench/hotpath_child.py ARGS``) with the checkout to measur
 ``sys.path``, so an older checkout without this file is measured the same way. With
 ``HOTPATH_CALLS=<file>`` in the environment, SIGUSR1 starts counting the main thread's
 function calls (``sys.setprofile``: Python functions and C functions called from Python
-apart) and SIGUSR2 stops and writes ``<python calls> <c calls>`` to that file.
+apart) and SIGUSR2 stops and writes ``<python calls> <c calls>`` to that file; with
+``HOTPATH_DETAIL=<file>`` too, the count of each function goes to that file (the last count's).
 """
 
 import os
@@ -13,7 +14,7 @@ import sys
 
 counts = [0, 0]
 detail: dict = {}
-DETAIL = bool(os.environ.get("HOTPATH_DETAIL"))
+DETAIL = os.environ.get("HOTPATH_DETAIL", "")
 
 
 def _profile(frame, event, arg):  # noqa: ANN001 - the profile hook's signature
@@ -41,7 +42,7 @@ def _stop(signum, frame):  # noqa: ANN001
     with open(os.environ["HOTPATH_CALLS"], "w") as f:
         f.write(f"{counts[0]} {counts[1]}\n")
     if DETAIL:
-        with open(os.environ["HOTPATH_CALLS"] + ".detail", "w") as f:
+        with open(DETAIL, "w") as f:
             for key, n in sorted(detail.items(), key=lambda kv: -kv[1]):
                 f.write(f"{n}\t{key}\n")
 
