@@ -185,18 +185,18 @@ def publish_frames(
     return size >= LARGE_BODY
 
 
-_ACK = struct.Struct(">BHIHHQB")  # frame type, channel, size, class, method, delivery tag, bits
+_ACK = struct.Struct(">BHIHHQBB")  # frame type, channel, size, class, method, delivery tag, bits, end
 
 
 def encode_ack(channel: int, delivery_tag: int, multiple: bool) -> bytes:
     """basic.ack (60, 80)."""
-    return _ACK.pack(1, channel, 13, 60, 80, delivery_tag, 1 if multiple else 0) + FRAME_END
+    return _ACK.pack(1, channel, 13, 60, 80, delivery_tag, 1 if multiple else 0, 0xCE)
 
 
 def encode_nack(channel: int, delivery_tag: int, multiple: bool, requeue: bool) -> bytes:
     """basic.nack (60, 120): bit 0 multiple, bit 1 requeue."""
     bits = (1 if multiple else 0) | (2 if requeue else 0)
-    return _ACK.pack(1, channel, 13, 60, 120, delivery_tag, bits) + FRAME_END
+    return _ACK.pack(1, channel, 13, 60, 120, delivery_tag, bits, 0xCE)
 
 
 # -- decoding the delivery path ------------------------------------------------------
@@ -224,10 +224,14 @@ def _shortstr_at(data: bytes, offset: int) -> tuple[str, int]:
 def decode_deliver(payload: bytes) -> tuple[str, int, bool, str, str]:
     """basic.deliver arguments (after class and method ids): tag, delivery tag,
     redelivered, exchange, routing key."""
-    consumer_tag, offset = _shortstr_at(payload, 4)
-    delivery_tag, bits = _DELIVER_TAG.unpack_from(payload, offset)
-    exchange, offset = _shortstr_at(payload, offset + 9)
-    routing_key, _ = _shortstr_at(payload, offset)
+    # _shortstr_at three times, inlined: one per delivery
+    end = 5 + payload[4]
+    consumer_tag = payload[5:end].decode("utf-8", "replace")
+    delivery_tag, bits = _DELIVER_TAG.unpack_from(payload, end)
+    offset = end + 9
+    end = offset + 1 + payload[offset]
+    exchange = payload[offset + 1 : end].decode("utf-8", "replace")
+    routing_key = payload[end + 1 : end + 1 + payload[end]].decode("utf-8", "replace")
     return consumer_tag, delivery_tag, bool(bits & 1), exchange, routing_key
 
 

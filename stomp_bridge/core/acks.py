@@ -23,6 +23,15 @@ from stomp_bridge.core.subscriptions import StreamPosition, Subscription
 
 def ack_target(headers: Mapping[str, str], command: str, version: str, session_id: str) -> tuple[str, int]:
     """(consumer tag, delivery tag) an ACK/NACK names, or the plugin's ERROR for a bad header."""
+    # The usual ACK, one per delivery: a well-formed id of this session, checked inline
+    # (the same as parse_message_id's checks, which name what is wrong otherwise).
+    value = headers.get("id" if version == "1.2" else "message-id")
+    if value is not None:
+        parts = value.split(hdr.MESSAGE_ID_SEPARATOR)
+        if len(parts) == 3 and parts[1] == session_id:
+            tag = parts[2]
+            if tag.isdigit() and tag.isascii():
+                return parts[0], int(tag)
     header = hdr.ack_header_name(version)
     value = headers.get(header)
     if value is None:
@@ -46,6 +55,7 @@ class Unacked:
         return len(self.by_tag)
 
     def delivered(self, delivery_tag: int, sub: Subscription) -> None:
+        """(StompCore.delivered does the same inline, once per delivery.)"""
         self.by_tag[delivery_tag] = sub
         sub.unacked += 1
 

@@ -90,11 +90,13 @@ def already_connected(core: Context, frame: Frame) -> None:
 
 
 def ack(core: Context, frame: Frame) -> None:
-    if not core.transactions.hold(frame):
+    headers = frame.headers  # the usual ACK (no transaction, no receipt): no call it need not make
+    if "transaction" not in headers or not core.transactions.hold(frame):
         core.to_amqp.append(settle(core, frame, "ACK"))
         if core.unacked.moved:  # a named stream subscription's offset moved
             resume.settled(core)
-    core.receipt(frame)
+    if "receipt" in headers:
+        core.receipt(frame)
 
 
 def nack(core: Context, frame: Frame) -> None:

@@ -21,7 +21,7 @@ from stomp_bridge.core.plans import Ack
 from stomp_bridge.core.state import TRANSITIONS, UNKNOWN, action
 from stomp_bridge.protocol import headers as hdr
 from stomp_bridge.protocol.errors import BrokerError, FrameRejected, StompError, token_expired, tp
-from stomp_bridge.protocol.frames import Frame
+from stomp_bridge.protocol.frames import Frame, encode_frame
 
 
 def not_connected(core: Context, frame: Frame) -> Steps:
@@ -127,7 +127,8 @@ class StompCore(Context):
         if sub.position is not None:
             resume.delivered(self, sub, delivery_tag, headers)
         if sub.ack:
-            self.unacked.delivered(delivery_tag, sub)
+            self.unacked.by_tag[delivery_tag] = sub  # Unacked.delivered, inlined: per delivery
+            sub.unacked += 1
             if sub.window and not sub.growing and sub.window_full():
                 sub.growing = True
                 self.spawn(subscribe.grow(self, sub))
@@ -136,7 +137,14 @@ class StompCore(Context):
         counters = self.counters
         counters.messages_delivered += 1
         counters.frames_out["MESSAGE"] += 1
-        data = self.encode(Frame("MESSAGE", headers, body))
+        if self.trace is None:  # encode(), without the Frame: per delivery
+            version = self.version
+            try:
+                data = encode_frame("MESSAGE", headers, body, "1.2" if version == "1.0" else version, self.eol)
+            except ValueError:  # a raw CR that 1.1 cannot escape
+                data = encode_frame("MESSAGE", headers, body, "1.2", self.eol)
+        else:
+            data = self.encode(Frame("MESSAGE", headers, body))
         if sub.held is not None:
             sub.held.append(data)
         else:

@@ -35,23 +35,28 @@ def send(core: Context, frame: Frame, committed: bool = False) -> Steps | None:
     (``transactions.py``), which runs it here with ``committed``. A SEND that needs nothing of
     RabbitMQ but the publish (a declared or plain destination) is done here, with no generator;
     None then."""
-    if not committed and core.transactions.hold(frame):
+    headers = frame.headers
+    if not committed and "transaction" in headers and core.transactions.hold(frame):
         return None
     observer = core.observer
     if observer is not None:
         observer.send(frame)
-    hdr.check_send_headers(frame.headers)
+    hdr.check_send_headers(headers)
     if core.policy is not None:
-        core.policy.check_send(frame.headers)
-    headers = frame.headers
+        core.policy.check_send(headers)
     value = headers.get("destination")
     if value is None:
         core.destination(frame)  # raises the plugin's "Missing destination"
-    try:
-        destination = dest.parse_destination(value)
-    except InvalidDestination:
-        return send_extended(core, frame)
-    target = core.dest_rules.send_target(destination, headers, declare=destination.name not in core.declared_queues)
+    rules = core.dest_rules
+    plain = rules.plain_send_target(value, headers)
+    if plain is not None and (plain[0].kind != dest.QUEUE or plain[0].name in core.declared_queues):
+        destination, target = plain  # the usual SEND: send_target's answer, cached
+    else:
+        try:
+            destination = dest.parse_destination(value)
+        except InvalidDestination:
+            return send_extended(core, frame)
+        target = rules.send_target(destination, headers, declare=destination.name not in core.declared_queues)
     if (
         target.declare is not None
         or ("reply-to" in headers and needs_reply_queue(core, headers))

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from stomp_bridge.protocol.dialect import NEWEST, Dialect
-from stomp_bridge.protocol.arguments import binding_arguments, queue_arguments
+from stomp_bridge.protocol.arguments import QUEUE_ARGUMENTS, binding_arguments, queue_arguments
 from stomp_bridge.protocol.errors import FrameRejected, InvalidDestination, processing_error
 
 EXCHANGE = "exchange"
@@ -377,6 +377,22 @@ def queue_declare(
     return QueueDeclare(queue, durable, auto_delete, exclusive, arguments, once_per_session=kind == QUEUE)
 
 
+QUEUE_ARGUMENT_NAMES = frozenset(QUEUE_ARGUMENTS)
+_ROUTED = frozenset((QUEUE, AMQ_QUEUE, REPLY_QUEUE, TOPIC, EXCHANGE))
+
+
+@functools.lru_cache(maxsize=4096)
+def _plain_send_target(value: str, default_topic_exchange: str) -> tuple[Destination, SendTarget] | None:
+    try:
+        dest = parse_destination(value)
+    except InvalidDestination:
+        return None
+    if dest.kind not in _ROUTED or (dest.kind == QUEUE and dest.name == ""):
+        return None  # send_target refuses it: its ERROR comes from there
+    exchange, routing_key = dest.routing(default_topic_exchange)
+    return dest, SendTarget(exchange, routing_key, None)
+
+
 def _check_blank(dest: Destination) -> None:
     if dest.kind == QUEUE and dest.name == "":
         raise InvalidDestination("Invalid destination", "Destination cannot be blank")
@@ -396,6 +412,20 @@ class DestinationRules:
     dialect: Dialect = NEWEST
     # /exchange/ SUBSCRIBEs with x-match bind with arguments (settings.headers_bindings)
     headers_bindings: bool = False
+    # the x- headers that are queue arguments on this broker (the dialect's, looked up once)
+    argument_names: frozenset[str] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "argument_names", self.dialect.queue_argument_names or QUEUE_ARGUMENT_NAMES)
+
+    def plain_send_target(self, value: str, headers: Mapping[str, str]) -> tuple[Destination, SendTarget] | None:
+        """``send_target`` of the usual SEND, from a cache: a destination header that parses, has
+        no ``x-`` queue argument beside it and is refused by none of ``send_target``'s checks.
+        A ``/queue/`` target declares nothing here: the caller uses it only for a queue the
+        session has declared. None: ask ``parse_destination`` and ``send_target``."""
+        if not self.argument_names.isdisjoint(headers):
+            return None
+        return _plain_send_target(value, self.default_topic_exchange)
 
     def send_target(self, dest: Destination, headers: Mapping[str, str], *, declare: bool = True) -> SendTarget:
         """Where a SEND goes, and the queue to declare first (``/queue`` only).

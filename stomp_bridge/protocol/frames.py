@@ -134,7 +134,11 @@ def serialize(frame: Frame, version: str = "1.2", end: bytes = END) -> bytes:
     than letting it split the header block; one that no version can carry (NUL
     in its name or value, an empty name) is left out.
     """
-    command = frame.command
+    return encode_frame(frame.command, frame.headers, frame.body, version, end)
+
+
+def encode_frame(command: str, headers: dict[str, str], body: bytes, version: str = "1.2", end: bytes = END) -> bytes:
+    """:func:`serialize` of a frame not made into a :class:`Frame` (a MESSAGE per delivery)."""
     if version == "1.2" and command not in UNESCAPED_COMMANDS:
         table: dict[int, str] | None = _ESCAPE_12
         name_special = value_special = _SPECIAL
@@ -147,11 +151,9 @@ def serialize(frame: Frame, version: str = "1.2", end: bytes = END) -> bytes:
     else:
         raise ValueError(f"unknown STOMP version {version!r}")
 
-    headers = frame.headers
     if CONTENT_LENGTH in headers:
         headers = dict(headers)
         del headers[CONTENT_LENGTH]
-    body = frame.body
     # The usual case in one pass: join the header lines, then check that every colon and EOL
     # in them is one the join put there and that nothing else needs escaping or leaving out.
     size = len(headers)

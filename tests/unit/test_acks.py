@@ -9,6 +9,8 @@ channel over it.
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from stomp_bridge.protocol import destinations as dest
 from stomp_bridge.protocol.errors import BrokerError, FrameRejected
@@ -77,3 +79,35 @@ def test_ack_target_errors():
     with pytest.raises(FrameRejected) as err:
         ack_target({"id": "T_s@@session-other@@7"}, "ACK", "1.2", SESSION)
     assert (err.value.message, err.value.detail) == ("Invalid header", '"ACK" must include a valid "id" header\n')
+
+
+def _ack_target_by_the_rules(headers: dict, command: str, version: str, session_id: str) -> tuple[str, int]:
+    """ack_target as the plugin's checks read, one after the other (what its inline path must match)."""
+    from stomp_bridge.protocol import headers as hdr
+
+    header = hdr.ack_header_name(version)
+    value = headers.get(header)
+    if value is None:
+        raise FrameRejected("Missing header", f'"{command}" must include the "{header}" header\n')
+    consumer_tag, session, delivery_tag = hdr.parse_message_id(value, command, header)
+    if session != session_id:
+        raise FrameRejected("Invalid header", f'"{command}" must include a valid "{header}" header\n')
+    return consumer_tag, delivery_tag
+
+
+_ID_PARTS = st.sampled_from(["T_1", SESSION, "session-x", "7", "007", "-1", "+2", "x", "", "١", "²", " 3", "@", "@@"])
+_TAGS = st.sampled_from(["7", "007", "0", "-1", "+2", "x", "", "١", "²", " 3", "3 ", "12345678901234567890"])
+
+
+@given(parts=st.one_of(st.lists(_ID_PARTS, max_size=4), st.tuples(_ID_PARTS, st.sampled_from([SESSION]), _TAGS)),
+       header=st.sampled_from(["id", "message-id", "ack"]), version=st.sampled_from(["1.0", "1.1", "1.2"]))
+def test_ack_target_answers_as_the_plugins_checks_do(parts: list[str], header: str, version: str) -> None:
+    headers = {header: "@@".join(parts)}
+
+    def outcome(fn):  # noqa: ANN001, ANN202
+        try:
+            return fn(headers, "ACK", version, SESSION)
+        except FrameRejected as exc:
+            return (type(exc), str(exc))
+
+    assert outcome(ack_target) == outcome(_ack_target_by_the_rules)

@@ -28,7 +28,7 @@ from stomp_bridge.protocol.destinations import (
     transient_subscription_queue_name,
 )
 from stomp_bridge.protocol.dialect import Dialect
-from stomp_bridge.protocol.errors import InvalidDestination, ProtocolError
+from stomp_bridge.protocol.errors import InvalidDestination, ProtocolError, StompError
 
 RULES = DestinationRules()  # amq.topic behind /topic/, the newest broker
 
@@ -377,3 +377,38 @@ def test_temp_queue_names_are_the_servers_unless_a_prefix_is_set():
     )
     with pytest.raises(InvalidDestination, match="over 255 bytes"):
         d.temp_queue_declare("p-", "session-abc", "x" * 250)
+
+
+_DEST_TEXT = st.one_of(
+    st.sampled_from(["/queue/a", "/queue/", "/topic/t.x", "/exchange/amq.topic/k", "/exchange/x", "/exchange/x/",
+                     "/amq/queue/q", "/reply-queue/r", "/temp-queue/t", "/temp-topic/t", "plain", "", "/dsub/a",
+                     "/queue/a%2Fb", "/queue/a/b", "/bridge/token", "/queue/a,/topic/b"]),
+    st.text(alphabet="/aqueotpicxhng-%2F.,", max_size=20),
+)
+_SEND_HEADERS = st.dictionaries(
+    st.sampled_from(["destination", "x-max-length", "x-queue-type", "x-dead-letter-exchange", "x-custom",
+                     "receipt", "persistent", "x-max-priority"]),
+    st.sampled_from(["1", "classic", "abc", "", " 5 "]),
+    max_size=4,
+)
+
+
+@given(value=_DEST_TEXT, headers=_SEND_HEADERS,
+       dialect=st.sampled_from([Dialect(), Dialect((3, 10, 8)), Dialect((4, 0, 5))]))
+def test_the_cached_send_target_is_send_targets_answer(value: str, headers: dict, dialect: Dialect) -> None:
+    """What the SEND path takes from the cache is what parse_destination and send_target give;
+    where they would raise or declare, the cache answers None."""
+    rules = DestinationRules("amq.topic", dialect)
+    plain = rules.plain_send_target(value, headers)
+    try:
+        parsed = d.parse_destination(value)
+        declared = rules.send_target(parsed, headers, declare=False)
+    except StompError:  # a bad destination or queue argument: the uncached path's ERROR
+        assert plain is None
+        return
+    if plain is None:
+        assert not rules.argument_names.isdisjoint(headers) or parsed.kind == d.TEMP_QUEUE or not parsed.name
+        return
+    assert plain == (parsed, declared)
+    if parsed.kind != d.QUEUE:
+        assert plain[1] == rules.send_target(parsed, headers, declare=True)  # no declare: the same target whether or not the session declared it
