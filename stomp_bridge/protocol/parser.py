@@ -54,6 +54,7 @@ _UNESCAPES = {
 }
 
 _NOISE, _HEAD, _BODY = range(3)
+_NOISE_OCTETS = frozenset((0, 10, 13))  # what may come between frames (see _skip_noise)
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,8 +166,15 @@ class FrameParser:
         return out
 
     def next_frame(self) -> Frame | None:
-        if self._phase == _NOISE and not self._skip_noise():
-            return None
+        if self._phase == _NOISE:
+            buf = self._buf
+            if not buf:
+                return None
+            if buf[0] in _NOISE_OCTETS:
+                if not self._skip_noise():
+                    return None
+            else:  # a frame right after the last: nothing to skip
+                self._phase = _HEAD
         if self._phase == _HEAD and (self._command or not self._whole_head()) and not self._read_head():
             return None
         return self._read_body()
@@ -272,7 +280,8 @@ class FrameParser:
             return False
         if end - self._pos > limits.max_header_length and max(map(len, lines)) > limits.max_header_length:
             return False
-        unescape = self._unescaper(command)
+        # _unescaper, inlined: once per frame
+        unescape = None if self._version == "1.0" or command in UNESCAPED_COMMANDS else _UNESCAPERS[self._version]
         headers = self._headers
         for line in lines[1:]:
             name, colon, value = line.partition(":")
@@ -291,7 +300,11 @@ class FrameParser:
         self._unescape = unescape
         self._header_lines = len(lines) - 1
         self._pos = end + 2
-        self._start_body(end + 2)
+        if CONTENT_LENGTH in headers:
+            self._start_body(end + 2)
+        else:  # _start_body's part for a frame without content-length: most ACKs and SENDs
+            self._phase = _BODY
+            self._body_start = self._scan = end + 2
         return True
 
     def _check_partial_line(self) -> None:
