@@ -244,12 +244,23 @@ class BulkFrameReceiver(internals.FrameReceiver):
                 raise amqp_exc.InvalidFrameError(f"frame of type {frame_type} does not end with 0xCE")
             self.started = True
             target = direct.get(channel) if channel else None
-            if target is not None and self._direct(target, frame_type, bytes(buf[pos + 7 : end])):
-                if not target.touched:
-                    target.touched = True
-                    self._touched.append(target)
-                pos = end + 1
-                continue
+            if target is not None:
+                pending = target.pending
+                if pending is not None and frame_type == 3:  # a message's body: _direct's part, inlined
+                    payload = bytes(buf[pos + 7 : end])
+                    pending[3].append(payload)
+                    pending[2] -= size
+                    if pending[2] <= 0:
+                        self._deliver(target, pending)
+                    handled = True
+                else:
+                    handled = self._direct(target, frame_type, bytes(buf[pos + 7 : end]))
+                if handled:
+                    if not target.touched:
+                        target.touched = True
+                        self._touched.append(target)
+                    pos = end + 1
+                    continue
             self._frames.append(pamqp.frame.unmarshal(bytes(buf[pos : end + 1])))
             pos = end + 1
         if pos:
@@ -287,13 +298,7 @@ class BulkFrameReceiver(internals.FrameReceiver):
             if pending[2] == 0:
                 self._deliver(target, pending)
             return True
-        if frame_type == 3:
-            pending[3].append(payload)
-            pending[2] -= len(payload)
-            if pending[2] <= 0:
-                self._deliver(target, pending)
-            return True
-        return False
+        return False  # a body frame (type 3) of a pending message is _parse's (one per delivery)
 
     def _deliver(self, target: ChannelHooks, pending: list[Any]) -> None:
         target.pending = None

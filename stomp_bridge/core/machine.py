@@ -147,8 +147,11 @@ class StompCore(Context):
             data = self.encode(Frame("MESSAGE", headers, body))
         if sub.held is not None:
             sub.held.append(data)
-        else:
-            self.emit(data)
+        else:  # emit(), inlined: per delivery
+            out = self.out
+            if not out and self.wakeup is not None:
+                self.wakeup()
+            out.append(data)
 
     def confirmed(self, tag: int, multiple: bool, nack: bool) -> None:
         """basic.ack / basic.nack of publish ``tag`` (and all before it if ``multiple``)."""

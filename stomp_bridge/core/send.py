@@ -30,6 +30,9 @@ from stomp_bridge.protocol.scheduled import DELAY_HEADER, TIME_HEADER
 from stomp_bridge.protocol.errors import BrokerError, FrameRejected, InvalidDestination
 from stomp_bridge.protocol.frames import Frame
 
+_NOT_ON_SEND = frozenset(hdr.HEADERS_NOT_ON_SEND)
+
+
 def send(core: Context, frame: Frame, committed: bool = False) -> Steps | None:
     """SEND: its publishes, then its RECEIPT. A transactional one is held until its COMMIT
     (``transactions.py``), which runs it here with ``committed``. A SEND that needs nothing of
@@ -41,7 +44,8 @@ def send(core: Context, frame: Frame, committed: bool = False) -> Steps | None:
     observer = core.observer
     if observer is not None:
         observer.send(frame)
-    hdr.check_send_headers(headers)
+    if not _NOT_ON_SEND.isdisjoint(headers):
+        hdr.check_send_headers(headers)
     if core.policy is not None:
         core.policy.check_send(headers)
     value = headers.get("destination")
