@@ -32,6 +32,11 @@ def ack_target(headers: Mapping[str, str], command: str, version: str, session_i
             tag = parts[2]
             if tag.isdigit() and tag.isascii():
                 return parts[0], int(tag)
+    return ack_target_checked(headers, command, version, session_id)
+
+
+def ack_target_checked(headers: Mapping[str, str], command: str, version: str, session_id: str) -> tuple[str, int]:
+    """``ack_target`` check by check, in the plugin's order: the ERROR that names what is wrong."""
     header = hdr.ack_header_name(version)
     value = headers.get(header)
     if value is None:
