@@ -46,7 +46,8 @@ import time
 from collections.abc import Awaitable, Callable
 
 from bench.idle import run_idle
-from bench.procstat import Probe, listener_pid, pin, start_bridge, unpin
+from bench.procstat import Probe, pin, start_bridge, unpin
+from testkit.bridgeproc import find_listener
 from bench.scenarios import BenchError, scenario_consume, scenario_fanout, scenario_pingpong, scenario_send
 from testkit.brokers import local
 from testkit.management import Management
@@ -239,7 +240,7 @@ def main() -> int:
               f"{-(-args.connections // args.channels_per_connection)} AMQP connections to RabbitMQ")
 
     rabbit = Management(args.api)
-    broker_pid = listener_pid(args.native_port)  # RabbitMQ's beam, which runs the native plugin
+    broker_pid = find_listener(args.native_port)  # RabbitMQ's beam, which runs the native plugin
     pinned: dict[int, set[int]] = {}
     client_cpus = os.sched_getaffinity(0)
     cpus = None

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 
+from testkit.bridgeproc import find_listener
+
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -32,7 +34,7 @@ def start_bridge(port: int, settings: dict[str, str] | None = None, checkout: st
         if proc.poll() is not None:
             raise RuntimeError(f"bridge exited with {proc.returncode} before listening on {port}")
         # Its own listener: a connection alone could reach another process holding the port.
-        if listener_pid(port) == proc.pid:
+        if find_listener(port) == proc.pid:
             return proc
         time.sleep(0.1)
     proc.kill()
@@ -91,33 +93,6 @@ def reset_peak(pid: int) -> bool:
         return True
     except OSError:
         return False
-
-
-def listener_pid(port: int) -> int | None:
-    """The process listening on TCP ``port`` on this machine (RabbitMQ's beam for its AMQP or
-    STOMP port), found through /proc/net/tcp{,6} and the processes' socket descriptors; None
-    when it is not visible (another user's process, another network namespace)."""
-    inodes = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table) as f:
-                next(f)
-                for line in f:
-                    fields = line.split()
-                    if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                        inodes.add(f"socket:[{fields[9]}]")
-        except OSError:
-            continue
-    if not inodes:
-        return None
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            for fd in os.listdir(f"/proc/{pid}/fd"):
-                if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
-                    return int(pid)
-        except OSError:
-            continue
-    return None
 
 
 class Probe:

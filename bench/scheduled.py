@@ -21,7 +21,8 @@ import os
 import time
 import uuid
 
-from bench.procstat import cpu_seconds, listener_pid, start_bridge
+from bench.procstat import cpu_seconds, start_bridge
+from testkit.bridgeproc import find_listener
 from stomp_bridge.protocol import scheduled
 from testkit.brokers import local
 from testkit.ports import free_port
@@ -97,7 +98,7 @@ def main() -> None:
     broker = local(args.broker)
     os.environ["STOMP_BRIDGE_AMQP_URL"] = broker.amqp_url
     args.port = free_port()
-    broker_pid = listener_pid(broker.amqp_port)
+    broker_pid = find_listener(broker.amqp_port)
     proc = start_bridge(args.port)
     try:
         print(f"RabbitMQ {args.broker}; the levels: {scheduled.LEVELS} quorum queues and headers exchanges, "

@@ -33,7 +33,8 @@ import sys
 import threading
 import time
 
-from bench.procstat import Probe, listener_pid, start_bridge
+from bench.procstat import Probe, start_bridge
+from testkit.bridgeproc import find_listener
 from bench.scenarios import BenchError, scenario_consume, scenario_send
 from testkit.brokers import local
 from testkit.management import Management
@@ -105,7 +106,7 @@ def main() -> int:
                 env["tracing_endpoint"] = endpoint
             port = free_port()
             procs[mode] = (port, start_bridge(port, env))
-        broker_pid = listener_pid(broker.amqp_port)
+        broker_pid = find_listener(broker.amqp_port)
         results: dict[str, dict[str, list[dict]]] = {}
         for name in [s.strip() for s in args.only.split(",") if s.strip()]:
             results[name] = {mode: [] for mode in MODES}

@@ -90,14 +90,40 @@ def main() -> None:
         asyncio.run(_serve(sys.argv[1]))
 
 
+def find_listener(port: int) -> int | None:
+    """The process listening on TCP ``port`` on this machine (RabbitMQ's beam for its AMQP or
+    STOMP port), found through /proc/net/tcp{,6} and the processes' socket descriptors; None
+    when it is not visible (another user's process, another network namespace)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                next(f)
+                for line in f:
+                    fields = line.split()
+                    if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                        inodes.add(f"socket:[{fields[9]}]")
+        except OSError:
+            continue
+    if not inodes:
+        return None
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
+                    return int(pid)
+        except OSError:
+            continue
+    return None
+
+
 def listener_pid(port: int) -> int:
-    """The process listening on ``port`` on this machine (``ss -ltnp``): RabbitMQ's node, to
-    measure its STOMP plugin from outside as a BridgeProcess is measured."""
-    out = subprocess.run(["ss", "-ltnpH", f"sport = :{port}"], capture_output=True, text=True,
-                         check=False).stdout
-    for part in out.split("pid=")[1:]:
-        return int(part.split(",", 1)[0])
-    raise RuntimeError(f"no process found listening on port {port} (ss -ltnp): is the plugin enabled?")
+    """``find_listener``, or an error saying what is missing: RabbitMQ's node, to measure its
+    STOMP plugin from outside as a BridgeProcess is measured."""
+    pid = find_listener(port)
+    if pid is None:
+        raise RuntimeError(f"no process found listening on port {port}: is the plugin enabled?")
+    return pid
 
 
 def rss_kb(pid: int, field: str = "VmRSS") -> int:
