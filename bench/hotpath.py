@@ -2,6 +2,7 @@
 
     python -m bench.hotpath --broker 4.3                 # both paths, instructions and calls
     python -m bench.hotpath --broker system --checkout /path/to/old/checkout   # the same, an older bridge
+    python -m bench.hotpath --broker system --windowed send,consume,fanout,pingpong --messages 20000
 
 Two paths, each one message at a time so that every message crosses the whole path on its own
 (one read, one write per hop, no batching to share the cost):
@@ -18,7 +19,10 @@ the client counts its instructions over ``--base`` messages and over ``--base`` 
 cancel out. Instruction counts do not move with the machine's load, so they are the before/after
 figure for a hot-path change. A second run without valgrind counts Python function calls (and C
 functions called from Python) the same way, through ``sys.setprofile`` in the bridge's loop
-thread. Numbers go in notes and commit messages, never in tests.
+thread. ``--windowed`` counts the calls the same way over the bench's own scenarios instead
+(``bench/scenarios.py``: many frames per read, as a windowed client sends them), where the
+per-read work is shared and what is left is the per-message path. Numbers go in notes and
+commit messages, never in tests.
 """
 
 from __future__ import annotations
@@ -232,6 +236,41 @@ def measure(checkout: str, tool: str, path: str, args: argparse.Namespace) -> tu
     return (b[0] - a[0]) / args.messages, (b[1] - a[1]) / args.messages
 
 
+WINDOWED = ("send", "consume", "fanout", "pingpong")
+
+
+def measure_windowed(checkout: str, scenario: str, args: argparse.Namespace) -> tuple[float, float]:
+    """Python (and C) calls per message in one of the bench's own scenarios, many messages per
+    read as a windowed client sends them: counted from the scenario's mark to its end."""
+    import asyncio
+
+    from bench import scenarios
+    from testkit.management import Management
+
+    broker = local(args.broker) if args.broker else None
+    amqp_url = broker.amqp_url if broker else os.environ.get("STOMP_BRIDGE_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
+    rabbit = Management(broker.api_url if broker else "http://127.0.0.1:15672/api")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "calls")
+        proc = start_child(checkout, args.port, amqp_url, "calls", out)
+        counter = Counter(proc, "calls", out)
+        n = args.messages
+        runs = {
+            "send": lambda: scenarios.scenario_send(args.port, rabbit, n, False, counter.zero),
+            "consume": lambda: scenarios.scenario_consume(args.port, rabbit, n, counter.zero),
+            "fanout": lambda: scenarios.scenario_fanout(args.port, rabbit, n // 10, mark=counter.zero),
+            "pingpong": lambda: scenarios.scenario_pingpong(args.port, rabbit, n // 10, mark=counter.zero),
+        }
+        per = {"send": n, "consume": n, "fanout": n // 10 * 10, "pingpong": n // 10}[scenario]
+        try:
+            asyncio.run(runs[scenario]())
+            py, c = counter.read()
+        finally:
+            proc.terminate()
+            proc.wait(60)
+    return py / per, c / per
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.hotpath", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -244,8 +283,22 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=300)
     ap.add_argument("--only", default="send,deliver")
     ap.add_argument("--tools", default="callgrind,calls")
+    ap.add_argument("--runs", type=int, default=3, help="--windowed: runs of each scenario (the median is printed)")
+    ap.add_argument("--windowed", default="",
+                    help="instead: Python calls per message in these bench scenarios (send, consume, fanout, "
+                         "pingpong; --messages of them, a tenth for fanout's SENDs and pingpong's round trips)")
     args = ap.parse_args()
     checkouts = [os.path.abspath(c) for c in args.checkout] or [ROOT]
+    if args.windowed:
+        for checkout in checkouts:
+            for scenario in args.windowed.split(","):
+                # the median of --runs (a run now and then counts a garbage collection's or a
+                # connection's set-up calls too)
+                counts = sorted(measure_windowed(checkout, scenario, args) for _ in range(args.runs))
+                per, c_per = counts[len(counts) // 2]
+                print(f"{checkout}: {scenario} (windowed): {per:,.1f} Python calls per message (+ {c_per:,.1f} C calls)",
+                      flush=True)
+        return 0
     for checkout in checkouts:
         for path in args.only.split(","):
             for tool in args.tools.split(","):
