@@ -492,6 +492,8 @@ class Connection:
                     data, self._initial = self._initial, b""
                 else:
                     self.reading_since = self.loop.time()
+                    # Not held while the client is idle: the last frame, its finished job (~1 kB)
+                    frame = job = None  # type: ignore[assignment]
                     data = await read()
                     self.reading_since = None
                 if data is FED:  # _on_data took the bytes: their first frames are handled
@@ -585,6 +587,9 @@ class Connection:
     # -- heart-beats (STOMP 1.1 §Heart-beating) ------------------------------------
 
     def _start_heartbeats(self) -> None:
+        connect = self._timers.pop("connect", None)
+        if connect is not None:  # logged in: _connect_timeout has nothing left to do (~400 bytes)
+            connect.cancel()
         send_ms, recv_ms = self.core.heartbeat
         if send_ms:
             self._schedule_send(send_ms / 1000)

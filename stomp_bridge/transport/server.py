@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import resource
 import ssl
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from stomp_bridge.amqp import probe
@@ -33,7 +33,6 @@ from stomp_bridge.settings import Settings, mask_url
 from stomp_bridge.swaptacular.certlogin import CertLogin, ConnectSecurity, amqp_client_context
 from stomp_bridge.swaptacular.profile import SwaptacularProfile
 from stomp_bridge.tls import PeerCertificate, ServerTLS, ServerTLSConfig, certificate_summary, peer_certificate
-from stomp_bridge.transport import websocket
 from stomp_bridge.transport.connection import (
     SHUTDOWN, Connection, Link, TcpLink, set_nodelay,
 )
@@ -136,12 +135,12 @@ class BridgeServer:
         reuse_port = ops.workers > 1
         if where.port is not None:
             self._server = await asyncio.get_running_loop().create_server(
-                functools.partial(self._link, None), where.host, where.port, reuse_port=reuse_port)
+                self._links(None), where.host, where.port, reuse_port=reuse_port)
             self._listeners.append(self._server)
         if where.tls_port is not None:
             assert self.tls is not None
             self._tls_server = await asyncio.get_running_loop().create_server(
-                functools.partial(self._link, self.tls_security),
+                self._links(self.tls_security),
                 where.host,
                 where.tls_port,
                 reuse_port=reuse_port,
@@ -152,6 +151,10 @@ class BridgeServer:
                 ssl_shutdown_timeout=TLS_SHUTDOWN_TIMEOUT,
             )
             self._listeners.append(self._tls_server)
+        if where.ws_port is not None or where.wss_port is not None:
+            # Imported with a WebSocket listener only: websockets and its modules are ~1 MB of
+            # every bridge process that serves none.
+            from stomp_bridge.transport import websocket
         if where.ws_port is not None:
             self.ws = await websocket.listen(self, where.ws_host, where.ws_port, reuse_port=reuse_port)
             self._listeners.append(self.ws)
@@ -253,22 +256,38 @@ class BridgeServer:
             await asyncio.sleep(interval)
             self.tls.reload_if_changed()
 
-    def _link(self, security: ConnectSecurity | None) -> TcpLink:
-        """The protocol of one accepted TCP (or TLS) client; its task starts once connected."""
+    def _links(self, security: ConnectSecurity | None) -> Callable[[], TcpLink]:
+        """The protocol factory of one TCP (or TLS) listener: a TcpLink per accepted client,
+        whose task starts once connected. The ``start`` callback is made once per listener, not
+        per client (a closure per client was ~200 bytes of every idle connection)."""
+        high = self.flow.write_buffer_high
+
         def start(link: TcpLink) -> None:
             link.task = asyncio.get_running_loop().create_task(self._handle(link, security))
             link.task.add_done_callback(_log_failure)
 
-        return TcpLink(start, self.flow.write_buffer_high)
+        return lambda: TcpLink(start, high)
 
-    async def _handle(self, link: TcpLink, security: ConnectSecurity | None = None) -> None:
+    def _handle(self, link: TcpLink, security: ConnectSecurity | None = None) -> Coroutine[Any, Any, None]:
+        """The client's task: its connection, after a PROXY header where one is expected, and
+        after reading the client's certificate on TLS. On a plain listener it is the connection's
+        own coroutine, with no coroutine of this method waiting on it for the connection's life
+        (~300 bytes of every idle connection)."""
         transport = link.transport
         assert transport is not None
         set_nodelay(transport.get_extra_info("socket"))
         peername = transport.get_extra_info("peername")
         peer = (peername[0], peername[1]) if isinstance(peername, tuple) else None
-        initial = b""
         ssl_object = transport.get_extra_info("ssl_object")
+        if ssl_object is None and not self.admission.proxy_protocol:
+            return self.run_connection(link, peer, security=security)
+        return self._handle_first(link, peer, ssl_object, security)
+
+    async def _handle_first(
+        self, link: TcpLink, peer: tuple[str, int] | None, ssl_object: Any, security: ConnectSecurity | None,
+    ) -> None:
+        """A TLS client (its certificate read in the task, as before) or one behind a PROXY header."""
+        initial = b""
         if self.admission.proxy_protocol and ssl_object is None:
             if not self.proxy_trusted(peer):
                 untrusted = UntrustedProxy(peer[0] if peer is not None else None)
