@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 TLS_SHUTDOWN_TIMEOUT = 2.0
 BROKER_PROBE_TIMEOUT = 2.0  # seconds a RabbitMQ node has to answer the AMQP protocol header
 BROKER_RETRY = 5.0  # seconds between start-up probes while no node answers
+# Every TCP client's task's name: one string, not a "Task-<n>" of its own per connection
+CLIENT_TASK = "stomp-bridge client"
 
 
 class BridgeServer:
@@ -263,16 +265,28 @@ class BridgeServer:
         high = self.flow.write_buffer_high
 
         def start(link: TcpLink) -> None:
-            link.task = asyncio.get_running_loop().create_task(self._handle(link, security))
-            link.task.add_done_callback(_log_failure)
+            work = self._handle(link, security)
+            if work is None:  # refused at once: its ERROR is written, the link closing
+                return
+            loop = asyncio.get_running_loop()
+            if isinstance(work, Connection):  # admitted: its task is its run(), registered here
+                link.task = task = loop.create_task(work.run(), name=CLIENT_TASK)
+                self._connections[task] = work
+                task.add_done_callback(self._ended)
+            else:
+                link.task = loop.create_task(work, name=CLIENT_TASK)
+                link.task.add_done_callback(_log_failure)
 
         return lambda: TcpLink(start, high)
 
-    def _handle(self, link: TcpLink, security: ConnectSecurity | None = None) -> Coroutine[Any, Any, None]:
-        """The client's task: its connection, after a PROXY header where one is expected, and
-        after reading the client's certificate on TLS. On a plain listener it is the connection's
-        own coroutine, with no coroutine of this method waiting on it for the connection's life
-        (~300 bytes of every idle connection)."""
+    def _handle(
+        self, link: TcpLink, security: ConnectSecurity | None = None,
+    ) -> Connection | Coroutine[Any, Any, None] | None:
+        """What the client's task runs: on a plain listener without PROXY headers, the admitted
+        Connection (its task runs Connection.run itself, with no coroutine of this class waiting
+        on it for the connection's life: two of them were ~700 bytes of every idle connection),
+        or None if refused; otherwise the coroutine that reads the PROXY header or the client's
+        certificate first (``_handle_first``)."""
         transport = link.transport
         assert transport is not None
         set_nodelay(transport.get_extra_info("socket"))
@@ -280,7 +294,7 @@ class BridgeServer:
         peer = (peername[0], peername[1]) if isinstance(peername, tuple) else None
         ssl_object = transport.get_extra_info("ssl_object")
         if ssl_object is None and not self.admission.proxy_protocol:
-            return self.run_connection(link, peer, security=security)
+            return self._admit(link, peer, security=security)
         return self._handle_first(link, peer, ssl_object, security)
 
     async def _handle_first(
@@ -319,37 +333,63 @@ class BridgeServer:
         security: ConnectSecurity | None = None,
     ) -> None:
         """A client of any listener: limits, the registry, metrics, then its session."""
+        connection = self._admit(link, peer, initial, credentials, peer_cert, security)
+        if connection is None:
+            return
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections[task] = connection
+        try:
+            await connection.run()
+        finally:
+            self._release(task)
+
+    def _admit(
+        self,
+        link: Link,
+        peer: tuple[str, int] | None,
+        initial: bytes = b"",
+        credentials: tuple[str | None, str | None] | None = None,
+        peer_cert: PeerCertificate | None = None,
+        security: ConnectSecurity | None = None,
+    ) -> Connection | None:
+        """The limits, then the client's Connection, counted (the caller registers it under its
+        task, and releases it with ``_release``); None: refused, its ERROR written."""
         if self._closing:  # accepted just before close() stopped the listeners
             self._refuse(link, SHUTDOWN.message, SHUTDOWN.detail)
-            return
+            return None
         ip = peer[0] if peer is not None else None
         refusal = self._refusal(ip)
         if refusal is not None:
             limit, detail = refusal
             self.counters.connections_refused[limit] += 1
             self._refuse(link, "Too many connections", detail)
-            return
-        task = asyncio.current_task()
-        assert task is not None
+            return None
         connection = Connection(
             link, self.settings, self.rules, self.counters, self.pool, peer=peer, initial=initial,
             credentials=credentials, peer_cert=peer_cert, security=security or self.security,
             throttle=self.throttle, tracing=self.tracing,
         )
-        self._connections[task] = connection
         self.counters.connections_opened += 1
         if ip is not None:
             self._per_ip[ip] = self._per_ip.get(ip, 0) + 1
-        try:
-            await connection.run()
-        finally:
-            self._connections.pop(task, None)
-            if ip is not None:
-                left = self._per_ip.get(ip, 1) - 1
-                if left:
-                    self._per_ip[ip] = left
-                else:
-                    self._per_ip.pop(ip, None)
+        return connection
+
+    def _release(self, task: asyncio.Task[Any]) -> None:
+        """A registered connection ended: out of the registry and its address's count."""
+        connection = self._connections.pop(task, None)
+        ip = connection.peer if connection is not None else None
+        if ip is not None:
+            left = self._per_ip.get(ip, 1) - 1
+            if left:
+                self._per_ip[ip] = left
+            else:
+                self._per_ip.pop(ip, None)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        """The done callback of a task that ran Connection.run itself (``_links``)."""
+        self._release(task)
+        _log_failure(task)
 
     def proxy_trusted(self, peer: tuple[str, int] | None) -> bool:
         """Whether this real peer may send a PROXY header (TCP and WebSocket listeners). A
