@@ -162,13 +162,13 @@ def print_table(results: dict) -> None:
           "rcpt ooo: receipts out of frame order, all runs, bridge/native; (before): the --before checkout's bridge")
 
 
-def print_idle(r: dict) -> None:
+def print_idle(r: dict, target: str = "bridge") -> None:
     def mb(v: float | None) -> str:
         return "-" if v is None else f"{v:.0f} MB"
 
     if r["capped"]:
         print(f"  WARNING, capped: {r['capped']}")
-    print(f"idle connections (bridge): {r['held']}/{r['connections']} held for {r['hold_s']:g} s, "
+    print(f"idle connections ({target}): {r['held']}/{r['connections']} held for {r['hold_s']:g} s, "
           f"heart-beat {r['heartbeat']}, errors {r['errors']}")
     print(f"  opened in {r['open_s']:.1f} s (bridge CPU {r['cpu_open_s'] or 0:.2f} s); "
           f"CPU while holding {r['cpu_hold_s'] or 0:.2f} s")
@@ -301,16 +301,22 @@ def main() -> int:
             print()
             print_table(report["scenarios"])
         if "idle" in only:
-            print()
-            idle = run_one(lambda: run_idle(args.bridge_port, pid, rabbit, args.connections, args.hold,
-                                            args.heartbeat, unsafe=args.unsafe_connections,
-                                            subscribe=not args.no_subscribe, send=args.idle_send,
-                                            per_amqp=args.channels_per_connection),
-                           args.timeout + args.hold + args.connections * 0.2, "idle connections")
-            report["idle"] = idle
-            print_idle(idle)
-            if idle["errors"]:
-                status = 1
+            # With --before, the older checkout's bridge holds the same connections after this one's
+            # (one at a time: each run has the machine to itself), its figures printed beside.
+            idle_targets = [("bridge", args.bridge_port, pid)]
+            if before is not None:
+                idle_targets.append(("before", args.before_port, before.pid))
+            for target, port, tpid in idle_targets:
+                print()
+                idle = run_one(lambda: run_idle(port, tpid, rabbit, args.connections, args.hold,
+                                                args.heartbeat, unsafe=args.unsafe_connections,
+                                                subscribe=not args.no_subscribe, send=args.idle_send,
+                                                per_amqp=args.channels_per_connection),
+                               args.timeout + args.hold + args.connections * 0.2, f"idle connections ({target})")
+                report["idle" if target == "bridge" else f"idle_{target}"] = idle
+                print_idle(idle, target)
+                if idle["errors"]:
+                    status = 1
     except (BenchError, ClientError, RuntimeError) as exc:
         print(f"\nABORTED: {exc}", file=sys.stderr)
         report["aborted"] = str(exc)

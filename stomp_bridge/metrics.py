@@ -6,6 +6,13 @@ turns them into metric families when ``/metrics`` is scraped. Gauges that
 describe the present (open connections, receipts waiting for confirms) are
 read from the live sessions at scrape time.
 
+A bridge process writes the Prometheus text format itself (:func:`exposition`), byte for byte
+what prometheus_client's ``generate_latest`` writes for the same families
+(tests/unit/test_metrics.py compares them): importing prometheus_client, with the HTTP
+server, urllib.request, email and WSGI modules its package imports, was about 2 MB of every
+bridge process's memory. prometheus_client is imported where its families are asked for
+(:func:`family`: the supervisor of ``workers``, the tests).
+
 Label values come from fixed sets, never from what a client or RabbitMQ chose:
 a client names its frames' commands and RabbitMQ's reply text names the AMQP
 error an ERROR quotes. Taken as they come, either would let a peer invent
@@ -16,14 +23,11 @@ user, vhost, queue, destination, peer address or secret.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
-
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
-from prometheus_client.registry import Collector
 
 # Seconds from publish to RabbitMQ's confirm.
 CONFIRM_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -222,7 +226,10 @@ SUPERVISOR_METRICS: tuple[Spec, ...] = (
 
 
 def family(spec: Spec, value: Any) -> Any:
-    """The metric family of ``spec`` with ``value``: a number, a dict by label value, or a Histogram."""
+    """The metric family of ``spec`` with ``value``: a number, a dict by label value, or a Histogram
+    (prometheus_client's, imported here: see the module docstring)."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
     if spec.kind == "histogram":
         hist = HistogramMetricFamily(spec.name, spec.help)
         hist.add_metric([], value.buckets(), value.sum)
@@ -236,20 +243,78 @@ def family(spec: Spec, value: Any) -> Any:
     return kind(spec.name, spec.help, value=value)
 
 
-class BridgeCollector(Collector):
+def _values(counters: Counters, live: dict[str, float]) -> Iterable[tuple[Spec, Any]]:
+    """Each family's spec and value, in the order /metrics serves them (a live value the
+    server does not feed is left out)."""
+    for spec in METRICS:
+        if spec.source.startswith("live:"):
+            key = spec.source[5:]
+            if key in live:
+                yield spec, live[key]
+        else:
+            yield spec, getattr(counters, spec.source)
+
+
+class BridgeCollector:
+    """The bridge's families as prometheus_client's collectors give them (``collect()``), for
+    a prometheus_client registry."""
+
     def __init__(self, counters: Counters, live: Callable[[], dict[str, float]]) -> None:
         self.counters = counters
         self.live = live
 
     def collect(self) -> Iterable[Any]:
-        counters, live = self.counters, self.live()
-        for spec in METRICS:
-            if spec.source.startswith("live:"):
-                key = spec.source[5:]
-                if key in live:
-                    yield family(spec, live[key])
-            else:
-                yield family(spec, getattr(counters, spec.source))
+        for spec, value in _values(self.counters, self.live()):
+            yield family(spec, value)
+
+
+def _number(value: float) -> str:
+    """A sample's value as prometheus_client writes it (``utils.floatToGoString``)."""
+    d = float(value)
+    if d == math.inf:
+        return "+Inf"
+    if d == -math.inf:
+        return "-Inf"
+    if math.isnan(d):
+        return "NaN"
+    text = repr(d)
+    dot = text.find(".")
+    if d > 0 and dot > 6:  # Go switches to exponents sooner than Python
+        mantissa = f"{text[0]}.{text[1:dot]}{text[dot + 1:]}".rstrip("0.")
+        return f"{mantissa}e+{dot - 1:02d}"
+    return text
+
+
+def _help(text: str) -> str:
+    return text.replace("\\", r"\\").replace("\n", r"\n")
+
+
+def _label(text: str) -> str:
+    return text.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"')
+
+
+def exposition(counters: Counters, live: dict[str, float]) -> bytes:
+    """/metrics in the Prometheus text format (version 0.0.4), as ``generate_latest`` writes
+    :class:`BridgeCollector`'s families."""
+    out = []
+    for spec, value in _values(counters, live):
+        if spec.kind == "histogram":
+            name = spec.name
+            out.append(f"# HELP {name} {_help(spec.help)}\n# TYPE {name} histogram\n")
+            buckets = value.buckets()
+            for bound, count in buckets:
+                out.append(f'{name}_bucket{{le="{_label(bound)}"}} {_number(count)}\n')
+            out.append(f"{name}_count {_number(buckets[-1][1])}\n{name}_sum {_number(value.sum)}\n")
+            continue
+        counter = bool(spec.label) or spec.kind != "gauge"  # family(): a labelled family is a counter
+        name = spec.name.removesuffix("_total") + "_total" if counter else spec.name
+        out.append(f"# HELP {name} {_help(spec.help)}\n# TYPE {name} {'counter' if counter else 'gauge'}\n")
+        if spec.label:
+            for key, count in sorted(value.items()):
+                out.append(f'{name}{{{spec.label}="{_label(key)}"}} {_number(count)}\n')
+        else:
+            out.append(f"{name} {_number(value)}\n")
+    return "".join(out).encode("utf-8")
 
 
 def reference() -> str:
@@ -270,12 +335,13 @@ def reference() -> str:
 
 
 class Metrics:
-    """The registry one bridge serves on ``/metrics``."""
+    """What one bridge serves on ``/metrics``."""
 
     def __init__(self, live: Callable[[], dict[str, float]]) -> None:
         self.counters = Counters()
-        self.registry = CollectorRegistry()
-        self.registry.register(BridgeCollector(self.counters, live))
+        self.live = live
+        # The families as prometheus_client's (collect()), for those who want them (tests)
+        self.registry = BridgeCollector(self.counters, live)
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        return exposition(self.counters, self.live())

@@ -23,22 +23,22 @@ import asyncio
 import functools
 import gc
 import logging
-import multiprocessing
-import multiprocessing.connection
 import os
 import signal
 from collections.abc import Callable, Iterable
-from typing import Any
-
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.metrics_core import Metric
-from prometheus_client.parser import text_string_to_metric_families
+from typing import TYPE_CHECKING, Any
 
 from stomp_bridge.http import OpsServer
 from stomp_bridge.logs import configure
 from stomp_bridge.metrics import SUPERVISOR_METRICS, family
 from stomp_bridge.settings import Settings
 from stomp_bridge.transport.server import BridgeServer
+
+if TYPE_CHECKING:  # multiprocessing and prometheus_client are imported by the supervisor alone
+    import multiprocessing.connection
+    import multiprocessing.process
+
+    from prometheus_client.metrics_core import Metric
 
 WORKERS, WORKER_RESTARTS = SUPERVISOR_METRICS
 log = logging.getLogger("stomp_bridge")
@@ -143,6 +143,8 @@ class Supervisor:
         self.settings = settings
         self.workers = [Worker(i) for i in range(settings.workers)]
         self.restarts = 0
+        import multiprocessing  # here: a bridge of one process needs none of it (pickle, tempfile …)
+
         self._context = multiprocessing.get_context("spawn")
         self._stopping = False
         self._ops: OpsServer | None = None
@@ -254,6 +256,8 @@ class Supervisor:
 
     async def metrics(self) -> bytes:
         """Every worker's /metrics, summed sample by sample, and the supervisor's own."""
+        from prometheus_client import CollectorRegistry, generate_latest
+
         texts = await asyncio.gather(*(self._get(worker, "/metrics") for worker in self.workers))
         up = sum(1 for status, _ in texts if status == 200)
         families = sum_families(body.decode() for status, body in texts if status == 200)
@@ -295,6 +299,9 @@ class Supervisor:
 def sum_families(texts: Iterable[str]) -> list[Metric]:
     """Sum Prometheus text expositions sample by sample (same name and labels), keeping each
     family's type and help; a family or sample that only some workers have is kept as it is."""
+    from prometheus_client.metrics_core import Metric
+    from prometheus_client.parser import text_string_to_metric_families
+
     families: dict[str, Metric] = {}
     values: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]] = {}
     for text in texts:

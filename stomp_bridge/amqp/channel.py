@@ -91,7 +91,7 @@ class AmqpSession:
         self._rpcs = 0  # RPCs awaiting RabbitMQ's answer: a channel error reaches their caller
         self._lost: BaseException | None = None  # a close that an RPC in flight will report
         self._prefetch = 0  # the per-consumer prefetch the channel applies to new consumers
-        self._consuming = asyncio.Lock()  # a qos and its consume, one pair at a time
+        self._consuming: asyncio.Lock | None = None  # a qos and its consume, one pair at a time (made with the first)
         self._main = self._out = ChannelWriter(shared, channel)
         self.frame_max = self._main.frame_max
         self._auto = AutoAck(pool.auto_ack_window)  # the ack:auto consumers, acked by the bridge
@@ -415,7 +415,10 @@ class AmqpSession:
         """
         self._check_exclusive(queue)
         bridge_acks = no_ack and (stream_auto or not (arguments and any(k.startswith("x-stream-") for k in arguments)))
-        async with self._consuming:
+        consuming = self._consuming
+        if consuming is None:
+            consuming = self._consuming = asyncio.Lock()
+        async with consuming:
             if bridge_acks:
                 prefetch = self._auto.window
                 self._auto.add_consumer(consumer_tag)

@@ -59,6 +59,9 @@ class Sent(NamedTuple):
     receipt: str | None  # the SEND's own receipt, if it asked for one
 
 
+NO_QUEUES: frozenset[str] = frozenset()  # every context's declared_queues until it declares one
+
+
 class Job:
     """One run of a handler: the driver runs ``first``, then ``advance`` with each outcome, until
     it returns None. A ``StompError`` the handler lets out is answered here (for its frame), so
@@ -159,7 +162,7 @@ class Context:
         self.transactions = Transactions(
             rules.max_transactions, rules.max_transaction_actions, rules.max_transaction_bytes
         )
-        self.declared_queues: set[str] = set()
+        self.declared_queues: set[str] = NO_QUEUES  # type: ignore[assignment]  # a set from the first
         self.reply_queues: dict[str, str] = {}  # /temp-queue/<id> -> queue name
         # Exclusive queues belong to the AMQP connection, which other sessions may share: the
         # driver deletes them at the end, so they end with this STOMP connection as under the plugin.
@@ -375,6 +378,8 @@ class Context:
     def declared(self, plan: dest.QueueDeclare, name: str) -> str:
         """RabbitMQ declared ``plan``'s queue as ``name``."""
         if plan.once_per_session:
+            if self.declared_queues is NO_QUEUES:
+                self.declared_queues = set()
             self.declared_queues.add(plan.queue)
         if plan.exclusive:
             self.exclusive_queues[name] = plan.auto_delete

@@ -313,6 +313,7 @@ class Connection:
     __slots__ = (
         "counters", "_initial", "link", "settings", "loop", "peer", "last_read", "last_write",
         "_timers", "_abort", "session", "core", "_logging_in", "reading_since", "_held_job",
+        "_beat_every", "_beat_at", "_beat_since", "_check_limit", "_check_heartbeat", "_check_at", "_heartbeat_due",
     )
 
     def __init__(
@@ -349,6 +350,16 @@ class Connection:
         self._abort: asyncio.TimerHandle | None = None  # a closed link's deadline to drain
         self._logging_in = False  # a CONNECT arrived: connect_timeout no longer applies
         self._held_job: object = None  # the job of a frame _on_data handled, for the loop to run
+        # Heart-beats (_start_heartbeats): the send tick's period (half the interval), next
+        # deadline and the last write it saw; the check's limit, kind and next deadline; the
+        # deadline the one heart-beat timer is armed for.
+        self._beat_every = 0.0
+        self._beat_at: float | None = None
+        self._beat_since: float | None = None
+        self._check_limit = 0.0
+        self._check_heartbeat = False
+        self._check_at: float | None = None
+        self._heartbeat_due = 0.0
         self.session = Session(
             rules,
             pool,
@@ -370,7 +381,10 @@ class Connection:
         # path. The transport loop and the AMQP reader flush at the end of each batch they
         # handle; the ``call_soon`` covers writes from anywhere else (timers, callbacks).
         self.core = self.session.core
-        self.core.wakeup = lambda: self.loop.call_soon(self._flush_out)
+        self.core.wakeup = self._wakeup
+
+    def _wakeup(self) -> None:  # a bound method: a closure here was ~190 bytes of every connection
+        self.loop.call_soon(self._flush_out)
 
     def _on_data(self, data: bytes) -> bool | None:
         """A chunk that arrived while the loop waited for one (TcpLink.on_data, once logged in):
@@ -492,6 +506,8 @@ class Connection:
                     data, self._initial = self._initial, b""
                 else:
                     self.reading_since = self.loop.time()
+                    # Not held while the client is idle: the last frame, its finished job (~1 kB)
+                    frame = job = None  # type: ignore[assignment]
                     data = await read()
                     self.reading_since = None
                 if data is FED:  # _on_data took the bytes: their first frames are handled
@@ -585,55 +601,85 @@ class Connection:
     # -- heart-beats (STOMP 1.1 §Heart-beating) ------------------------------------
 
     def _start_heartbeats(self) -> None:
+        connect = self._timers.pop("connect", None)
+        if connect is not None:  # logged in: _connect_timeout has nothing left to do (~400 bytes)
+            connect.cancel()
         send_ms, recv_ms = self.core.heartbeat
+        now = self.loop.time()
         if send_ms:
-            self._schedule_send(send_ms / 1000)
+            self._beat_every = send_ms / 1000 / 2
+            self._beat_at = now + self._beat_every
         if recv_ms:
-            self._schedule_check(recv_ms / 1000 * self.settings.heartbeat_tolerance, heartbeat=True)
+            self._check_limit, self._check_heartbeat = recv_ms / 1000 * self.settings.heartbeat_tolerance, True
         elif self.settings.idle_timeout:
-            self._schedule_check(self.settings.idle_timeout, heartbeat=False)
+            self._check_limit, self._check_heartbeat = self.settings.idle_timeout, False
+        if self._check_limit:
+            self._check_at = now + self._check_limit
+        self._arm_heartbeat()
 
-    def _schedule_send(self, interval: float) -> None:
+    def _arm_heartbeat(self) -> None:
+        """One timer for both duties, armed for the earlier deadline (two timers were ~450 bytes
+        each on every idle connection); each duty keeps its own pace, as with a timer of its own."""
+        beat_at, check_at = self._beat_at, self._check_at
+        if beat_at is None:
+            if check_at is None:
+                return
+            due = check_at
+        else:
+            due = beat_at if check_at is None or beat_at <= check_at else check_at
+        self._heartbeat_due = due
+        self._timers["heartbeat"] = self.loop.call_at(due, self._heartbeat)
+
+    def _heartbeat(self) -> None:
+        if self.core.closed:
+            return
+        due = self._heartbeat_due
+        beat_at = self._beat_at
+        if beat_at is not None and beat_at <= due:
+            self._beat()
+        check_at = self._check_at
+        if check_at is not None and check_at <= due and not self.core.closed:
+            if not self._check():
+                return  # the connection failed: no more heart-beats
+        self._arm_heartbeat()
+
+    def _beat(self) -> None:
         """The plugin's pace (rabbit_heartbeat:start_heartbeat_sender/4): a tick every half
         interval, and an EOL at a tick when nothing went out since the previous one (always at
         the first). Half, so that a frame sent just after a tick cannot stretch the silence to
         nearly twice the interval: a client that checks strictly keeps the connection."""
+        since = self._beat_since
+        if since is None or self.last_write <= since:
+            self.core.emit(b"\n")
+            self._flush_out()  # at once: last_write is then this beat's, not a frame's
+        self._beat_since = self.last_write
+        self._beat_at = self.loop.time() + self._beat_every
 
-        def beat(since: float | None) -> None:
-            if self.core.closed:
-                return
-            if since is None or self.last_write <= since:
-                self.core.emit(b"\n")
-                self._flush_out()  # at once: last_write is then this beat's, not a frame's
-            self._timers["send"] = self.loop.call_later(interval / 2, beat, self.last_write)
-
-        self._timers["send"] = self.loop.call_later(interval / 2, beat, None)
-
-    def _schedule_check(self, limit: float, *, heartbeat: bool) -> None:
-        def check() -> None:
-            if self.core.closed:
-                return
-            since = self.reading_since
-            if since is None:  # not reading: the silence is the bridge's, not the client's
-                self._timers["check"] = self.loop.call_later(limit, check)
-                return
-            silent = self.loop.time() - max(self.last_read, since)
-            if silent >= limit:
-                if heartbeat:
-                    self.counters.heartbeat_timeouts += 1
-                    error = ProtocolError(
-                        "Heart-beat timeout",
-                        f"Nothing received from the client for {silent:.1f} s "
-                        f"(agreed heart-beat {self.core.heartbeat[1]} ms)",
-                    )
-                else:
-                    error = ProtocolError(
-                        "Idle timeout",
-                        f"Nothing received for {silent:.1f} s; send heart-beats to keep an idle "
-                        "connection (the bridge's idle_timeout)",
-                    )
-                self.session.fail(error)
-                return
-            self._timers["check"] = self.loop.call_later(limit - silent, check)
-
-        self._timers["check"] = self.loop.call_later(limit, check)
+    def _check(self) -> bool:
+        """The client's silence against the limit; False once it failed the connection."""
+        limit = self._check_limit
+        since = self.reading_since
+        now = self.loop.time()
+        if since is None:  # not reading: the silence is the bridge's, not the client's
+            self._check_at = now + limit
+            return True
+        silent = now - max(self.last_read, since)
+        if silent >= limit:
+            self._check_at = None
+            if self._check_heartbeat:
+                self.counters.heartbeat_timeouts += 1
+                error = ProtocolError(
+                    "Heart-beat timeout",
+                    f"Nothing received from the client for {silent:.1f} s "
+                    f"(agreed heart-beat {self.core.heartbeat[1]} ms)",
+                )
+            else:
+                error = ProtocolError(
+                    "Idle timeout",
+                    f"Nothing received for {silent:.1f} s; send heart-beats to keep an idle "
+                    "connection (the bridge's idle_timeout)",
+                )
+            self.session.fail(error)
+            return False
+        self._check_at = now + (limit - silent)
+        return True

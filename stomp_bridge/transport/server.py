@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import resource
 import ssl
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from stomp_bridge.amqp import probe
@@ -33,7 +33,6 @@ from stomp_bridge.settings import Settings, mask_url
 from stomp_bridge.swaptacular.certlogin import CertLogin, ConnectSecurity, amqp_client_context
 from stomp_bridge.swaptacular.profile import SwaptacularProfile
 from stomp_bridge.tls import PeerCertificate, ServerTLS, ServerTLSConfig, certificate_summary, peer_certificate
-from stomp_bridge.transport import websocket
 from stomp_bridge.transport.connection import (
     SHUTDOWN, Connection, Link, TcpLink, set_nodelay,
 )
@@ -43,6 +42,8 @@ log = logging.getLogger(__name__)
 TLS_SHUTDOWN_TIMEOUT = 2.0
 BROKER_PROBE_TIMEOUT = 2.0  # seconds a RabbitMQ node has to answer the AMQP protocol header
 BROKER_RETRY = 5.0  # seconds between start-up probes while no node answers
+# Every TCP client's task's name: one string, not a "Task-<n>" of its own per connection
+CLIENT_TASK = "stomp-bridge client"
 
 
 class BridgeServer:
@@ -136,12 +137,12 @@ class BridgeServer:
         reuse_port = ops.workers > 1
         if where.port is not None:
             self._server = await asyncio.get_running_loop().create_server(
-                functools.partial(self._link, None), where.host, where.port, reuse_port=reuse_port)
+                self._links(None), where.host, where.port, reuse_port=reuse_port)
             self._listeners.append(self._server)
         if where.tls_port is not None:
             assert self.tls is not None
             self._tls_server = await asyncio.get_running_loop().create_server(
-                functools.partial(self._link, self.tls_security),
+                self._links(self.tls_security),
                 where.host,
                 where.tls_port,
                 reuse_port=reuse_port,
@@ -152,6 +153,10 @@ class BridgeServer:
                 ssl_shutdown_timeout=TLS_SHUTDOWN_TIMEOUT,
             )
             self._listeners.append(self._tls_server)
+        if where.ws_port is not None or where.wss_port is not None:
+            # Imported with a WebSocket listener only: websockets and its modules are ~1 MB of
+            # every bridge process that serves none.
+            from stomp_bridge.transport import websocket
         if where.ws_port is not None:
             self.ws = await websocket.listen(self, where.ws_host, where.ws_port, reuse_port=reuse_port)
             self._listeners.append(self.ws)
@@ -253,22 +258,50 @@ class BridgeServer:
             await asyncio.sleep(interval)
             self.tls.reload_if_changed()
 
-    def _link(self, security: ConnectSecurity | None) -> TcpLink:
-        """The protocol of one accepted TCP (or TLS) client; its task starts once connected."""
+    def _links(self, security: ConnectSecurity | None) -> Callable[[], TcpLink]:
+        """The protocol factory of one TCP (or TLS) listener: a TcpLink per accepted client,
+        whose task starts once connected. The ``start`` callback is made once per listener, not
+        per client (a closure per client was ~200 bytes of every idle connection)."""
+        high = self.flow.write_buffer_high
+
         def start(link: TcpLink) -> None:
-            link.task = asyncio.get_running_loop().create_task(self._handle(link, security))
-            link.task.add_done_callback(_log_failure)
+            work = self._handle(link, security)
+            if work is None:  # refused at once: its ERROR is written, the link closing
+                return
+            loop = asyncio.get_running_loop()
+            if isinstance(work, Connection):  # admitted: its task is its run(), registered here
+                link.task = task = loop.create_task(work.run(), name=CLIENT_TASK)
+                self._connections[task] = work
+                task.add_done_callback(self._ended)
+            else:
+                link.task = loop.create_task(work, name=CLIENT_TASK)
+                link.task.add_done_callback(_log_failure)
 
-        return TcpLink(start, self.flow.write_buffer_high)
+        return lambda: TcpLink(start, high)
 
-    async def _handle(self, link: TcpLink, security: ConnectSecurity | None = None) -> None:
+    def _handle(
+        self, link: TcpLink, security: ConnectSecurity | None = None,
+    ) -> Connection | Coroutine[Any, Any, None] | None:
+        """What the client's task runs: on a plain listener without PROXY headers, the admitted
+        Connection (its task runs Connection.run itself, with no coroutine of this class waiting
+        on it for the connection's life: two of them were ~700 bytes of every idle connection),
+        or None if refused; otherwise the coroutine that reads the PROXY header or the client's
+        certificate first (``_handle_first``)."""
         transport = link.transport
         assert transport is not None
         set_nodelay(transport.get_extra_info("socket"))
         peername = transport.get_extra_info("peername")
         peer = (peername[0], peername[1]) if isinstance(peername, tuple) else None
-        initial = b""
         ssl_object = transport.get_extra_info("ssl_object")
+        if ssl_object is None and not self.admission.proxy_protocol:
+            return self._admit(link, peer, security=security)
+        return self._handle_first(link, peer, ssl_object, security)
+
+    async def _handle_first(
+        self, link: TcpLink, peer: tuple[str, int] | None, ssl_object: Any, security: ConnectSecurity | None,
+    ) -> None:
+        """A TLS client (its certificate read in the task, as before) or one behind a PROXY header."""
+        initial = b""
         if self.admission.proxy_protocol and ssl_object is None:
             if not self.proxy_trusted(peer):
                 untrusted = UntrustedProxy(peer[0] if peer is not None else None)
@@ -300,37 +333,63 @@ class BridgeServer:
         security: ConnectSecurity | None = None,
     ) -> None:
         """A client of any listener: limits, the registry, metrics, then its session."""
+        connection = self._admit(link, peer, initial, credentials, peer_cert, security)
+        if connection is None:
+            return
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections[task] = connection
+        try:
+            await connection.run()
+        finally:
+            self._release(task)
+
+    def _admit(
+        self,
+        link: Link,
+        peer: tuple[str, int] | None,
+        initial: bytes = b"",
+        credentials: tuple[str | None, str | None] | None = None,
+        peer_cert: PeerCertificate | None = None,
+        security: ConnectSecurity | None = None,
+    ) -> Connection | None:
+        """The limits, then the client's Connection, counted (the caller registers it under its
+        task, and releases it with ``_release``); None: refused, its ERROR written."""
         if self._closing:  # accepted just before close() stopped the listeners
             self._refuse(link, SHUTDOWN.message, SHUTDOWN.detail)
-            return
+            return None
         ip = peer[0] if peer is not None else None
         refusal = self._refusal(ip)
         if refusal is not None:
             limit, detail = refusal
             self.counters.connections_refused[limit] += 1
             self._refuse(link, "Too many connections", detail)
-            return
-        task = asyncio.current_task()
-        assert task is not None
+            return None
         connection = Connection(
             link, self.settings, self.rules, self.counters, self.pool, peer=peer, initial=initial,
             credentials=credentials, peer_cert=peer_cert, security=security or self.security,
             throttle=self.throttle, tracing=self.tracing,
         )
-        self._connections[task] = connection
         self.counters.connections_opened += 1
         if ip is not None:
             self._per_ip[ip] = self._per_ip.get(ip, 0) + 1
-        try:
-            await connection.run()
-        finally:
-            self._connections.pop(task, None)
-            if ip is not None:
-                left = self._per_ip.get(ip, 1) - 1
-                if left:
-                    self._per_ip[ip] = left
-                else:
-                    self._per_ip.pop(ip, None)
+        return connection
+
+    def _release(self, task: asyncio.Task[Any]) -> None:
+        """A registered connection ended: out of the registry and its address's count."""
+        connection = self._connections.pop(task, None)
+        ip = connection.peer if connection is not None else None
+        if ip is not None:
+            left = self._per_ip.get(ip, 1) - 1
+            if left:
+                self._per_ip[ip] = left
+            else:
+                self._per_ip.pop(ip, None)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        """The done callback of a task that ran Connection.run itself (``_links``)."""
+        self._release(task)
+        _log_failure(task)
 
     def proxy_trusted(self, peer: tuple[str, int] | None) -> bool:
         """Whether this real peer may send a PROXY header (TCP and WebSocket listeners). A

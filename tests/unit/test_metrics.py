@@ -146,3 +146,30 @@ def test_no_listed_message_is_stale(message):
     """The list holds only messages the bridge still sends."""
     literals, _ = _messages_in_source()
     assert message in literals
+
+
+def test_exposition_is_what_prometheus_client_writes():
+    """Metrics.render writes the text format itself (no prometheus_client in a bridge process):
+    byte for byte generate_latest's output for the same families, with counts, labels that need
+    escaping, the histogram and numbers Go writes with an exponent."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    live = {"connections": 12, "receipts_pending": 0, "amqp_connections": 3, "login_checks": 10**9}
+    metrics = Metrics(lambda: live)
+    counters = metrics.counters
+    counters.connections_opened = 12345678901
+    counters.bytes_in = 7
+    counters.frames_in["SEND"] += 3
+    counters.frames_in['we"ird\\la\nbel'] += 1  # the transport maps these to "other"; escaped all the same
+    counters.errors["Bad CONNECT"] += 2
+    counters.connections_closed["client closed"] += 5
+    counters.connections_refused["per_ip"] += 1
+    for seconds in (0.0001, 0.003, 0.2, 7.0):
+        counters.confirm_latency.observe(seconds)
+    registry = CollectorRegistry()
+    registry.register(metrics.registry)
+    assert metrics.render() == generate_latest(registry)
+    empty = Metrics(lambda: {})
+    registry = CollectorRegistry()
+    registry.register(empty.registry)
+    assert empty.render() == generate_latest(registry)
