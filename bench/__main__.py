@@ -17,6 +17,7 @@ cores busy (bridge + RabbitMQ + client CPU over the run's seconds).
 The plugin runs inside RabbitMQ, so it has no CPU/RSS column of its own.
 
     python -m bench --broker 4.3 --only send,large   # RabbitMQ 4.3 of scripts/rabbitmq4, 1 MiB bodies
+    python -m bench --only large,large-consume       # 1 MiB bodies in (SEND) and out (MESSAGE)
     python -m bench --before /tmp/old --only send    # an older checkout's bridge interleaved too
     python -m bench --taskset                        # RabbitMQ on one core, bridge and client on the other
 
@@ -54,7 +55,7 @@ from testkit.management import Management
 from testkit.ports import free_port
 from testkit.stomp import ClientError
 
-AB_SCENARIOS = ["send-persistent", "send", "consume", "fanout", "pingpong", "large"]
+AB_SCENARIOS = ["send-persistent", "send", "consume", "fanout", "pingpong", "large", "large-consume"]
 ALL = [*AB_SCENARIOS, "idle"]
 
 
@@ -79,6 +80,11 @@ def ab_table(args: argparse.Namespace, rabbit: Management) -> dict[str, tuple[st
         "large": (f"persistent SEND of {mib:g} MiB, receipt each, 2 conns, window 10 (msg/s)",
                   lambda p, mark: scenario_send(p, rabbit, args.large_messages, True, mark,
                                                 size=args.large_size, conns=2, window=10)),
+        # The way out: a quarter as many (RabbitMQ holds them all before the timed part).
+        "large-consume": (f"consume {args.large_messages // 4} of {mib:g} MiB, client-individual, prefetch 10, "
+                          "2 conns (msg/s)",
+                          lambda p, mark: scenario_consume(p, rabbit, args.large_messages // 4, mark,
+                                                           size=args.large_size, prefetch=10, window=10)),
     }
 
 

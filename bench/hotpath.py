@@ -44,6 +44,7 @@ from testkit.brokers import local
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 BODY = b"x" * 100
+LENGTH = b""  # with --size: a content-length header, so a large body takes the large-body path
 
 
 class Client:
@@ -102,8 +103,8 @@ def send_path(port: int, queue: str):
     def run(count: int) -> None:
         for _ in range(count):
             n[0] += 1
-            client.send(b"SEND\ndestination:/queue/%s\nreceipt:%d\ncontent-type:text/plain\n\n%s\0"
-                        % (queue.encode(), n[0], BODY))
+            client.send(b"SEND\ndestination:/queue/%s\nreceipt:%d\ncontent-type:text/plain\n%s\n%s\0"
+                        % (queue.encode(), n[0], LENGTH, BODY))
             command, headers, _ = client.frame()
             assert command == b"RECEIPT" and headers[b"receipt-id"] == b"%d" % n[0], (command, headers)
 
@@ -114,8 +115,8 @@ def deliver_path(port: int, queue: str, total: int):
     filler = Client(port)
     declare(filler, queue)
     for i in range(total):
-        filler.send(b"SEND\ndestination:/queue/%s\npersistent:false\n%s\n\n%s\0"
-                    % (queue.encode(), b"receipt:end" if i == total - 1 else b"x:y", BODY))
+        filler.send(b"SEND\ndestination:/queue/%s\npersistent:false\n%s\n%s\n%s\0"
+                    % (queue.encode(), b"receipt:end" if i == total - 1 else b"x:y", LENGTH, BODY))
     filler.frame()  # the last one's receipt: all are in the queue
     filler.close()
     client = Client(port)
@@ -287,7 +288,13 @@ def main() -> int:
     ap.add_argument("--windowed", default="",
                     help="instead: Python calls per message in these bench scenarios (send, consume, fanout, "
                          "pingpong; --messages of them, a tenth for fanout's SENDs and pingpong's round trips)")
+    ap.add_argument("--size", type=int, help="body bytes, sent with a content-length (default: 100, without); "
+                    "e.g. --size 1048576 --messages 40 --base 10 --warmup 10 for the large-body path")
     args = ap.parse_args()
+    if args.size is not None:
+        global BODY, LENGTH
+        BODY = bytes(i % 251 for i in range(args.size))
+        LENGTH = b"content-length:%d\n" % args.size
     checkouts = [os.path.abspath(c) for c in args.checkout] or [ROOT]
     if args.windowed:
         for checkout in checkouts:

@@ -134,7 +134,8 @@ async def scenario_send(port: int, rabbit: Management, messages: int, persistent
 
 
 async def scenario_consume(port: int, rabbit: Management, messages: int, mark: Mark = _no_mark,
-                           extra: dict[str, str] | None = None) -> dict:
+                           extra: dict[str, str] | None = None, size: int = 256, prefetch: int = 500,
+                           window: int = 500) -> dict:
     queue = unique()
     dest = f"/queue/{queue}"
     received = 0
@@ -145,7 +146,7 @@ async def scenario_consume(port: int, rabbit: Management, messages: int, mark: M
         nonlocal received, done_at
         client = await connect(port)
         client.send(Frame("SUBSCRIBE", {"destination": dest, "id": "0", "ack": "client-individual",
-                                        "prefetch-count": "500"}))
+                                        "prefetch-count": str(prefetch)}))
         try:
             while not done.is_set():
                 try:
@@ -166,7 +167,7 @@ async def scenario_consume(port: int, rabbit: Management, messages: int, mark: M
             await client.close()
 
     try:
-        await publish(port, dest, messages, 500, False, 256, extra=extra)
+        await publish(port, dest, messages, window, False, size, extra=extra)
         mark()
         start = time.perf_counter()
         await asyncio.gather(consumer(), consumer())
