@@ -18,7 +18,7 @@ from stomp_bridge.core.rules import Rules
 from stomp_bridge.metrics import Counters
 from stomp_bridge.protocol.dialect import Dialect
 from stomp_bridge.protocol.errors import BrokerError, StompError
-from stomp_bridge.protocol.frames import Frame
+from stomp_bridge.protocol.frames import Frame, joined
 from stomp_bridge.protocol.parser import FrameParser, Limits
 
 BROKER_VERSION = "4.3.6"
@@ -91,7 +91,7 @@ class Harness:
 
     def frames(self) -> list[Frame]:
         """The frames the core wrote since the last call, parsed as a client would."""
-        self.parser.feed(b"".join(self.core.data_to_send()))
+        self.parser.feed(joined(self.core.data_to_send()))
         out = []
         while (frame := self.parser.next_frame()) is not None:
             out.append(frame)

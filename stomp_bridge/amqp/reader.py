@@ -52,6 +52,10 @@ log = logging.getLogger(__name__)
 
 READ_SIZE = 256 * 1024
 FRAME_END = 0xCE
+# A delivery's body of this size or more is copied, frame by frame, straight from the read
+# buffer into a bytearray of its full size (from the content header): one copy, instead of a
+# bytes per body frame (two copies: the slice, then bytes) and their join.
+LARGE_BODY = 64 * 1024
 _ALIVE = (0, 0, Heartbeat())  # what aiormq gets in place of frames the direct path took
 CHANNEL_CLOSE = (20, 40)
 BASIC_GET_OK = (60, 71)
@@ -204,9 +208,18 @@ class BulkFrameReceiver(internals.FrameReceiver):
         """A chunk from the socket (the StreamReader's ``feed_data``): its frames handled now."""
         if self._error is not None:
             return
-        self._buf += data
         try:
-            self._parse()
+            if self.started:
+                if self._buf:  # a frame begun in an earlier chunk
+                    self._take(data)
+                else:  # the usual case: the chunk begins with a frame, cut where it is
+                    pos = self._parse(data)
+                    if pos < len(data):
+                        with memoryview(data) as view:
+                            self._buf += view[pos:]
+            else:  # the first frames: the protocol header check reads the buffer
+                self._buf += data
+                self._parse()
         except Exception as exc:  # noqa: BLE001 - aiormq's reader task raises it and closes
             self._error = exc
             self._wake()
@@ -227,14 +240,37 @@ class BulkFrameReceiver(internals.FrameReceiver):
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    def _parse(self) -> None:
+    def _take(self, data: bytes) -> None:
+        """A chunk's frames, cut where they are: only the bytes of a frame that spans two chunks
+        are copied into the buffer (the rest of it from this chunk, the start of one the chunk
+        ends in), not the whole chunk (for a large delivery, a copy of every byte fewer)."""
         buf = self._buf
+        with memoryview(data) as view:
+            size = len(view)
+            start = 0
+            while buf and start < size:  # the frame begun in an earlier chunk: its missing bytes
+                have = len(buf)
+                need = 7 - have if have < 7 else FRAME_HEADER.unpack_from(buf)[2] + 8 - have
+                buf += view[start : start + need]
+                start = min(start + need, size)
+                if len(buf) >= 8:
+                    self._parse()
+            if start < size:
+                pos = self._parse(view[start:] if start else view)
+                if start + pos < size:
+                    buf += view[start + pos :]
+
+    def _parse(self, source: Any = None) -> int:
+        """Cut and handle every complete frame at the start of ``source`` (a chunk's view),
+        and return how many bytes they took; without ``source``, of the buffer, whose frames are
+        then removed from it."""
+        buf = self._buf if source is None else source
         size_now = len(buf)
         pos = 0
         hooks = self.hooks
         direct = hooks.channels if hooks is not None else {}
         while size_now - pos >= 8:
-            if not self.started and buf.startswith(b"AMQP"):
+            if not self.started and bytes(buf[:4]) == b"AMQP":
                 raise amqp_exc.ProtocolSyntaxError("Unexpected AMQP protocol header")
             frame_type, channel, size = FRAME_HEADER.unpack_from(buf, pos)
             end = pos + 7 + size
@@ -247,9 +283,17 @@ class BulkFrameReceiver(internals.FrameReceiver):
             if target is not None:
                 pending = target.pending
                 if pending is not None and frame_type == 3:  # a message's body: _direct's part, inlined
-                    payload = bytes(buf[pos + 7 : end])
-                    pending[3].append(payload)
-                    pending[2] -= size
+                    body = pending[3]
+                    if type(body) is bytearray:  # a large body: this frame's bytes to their place
+                        due = pending[2]
+                        offset = len(body) - due
+                        taken = min(size, due)
+                        with memoryview(buf) as view:
+                            body[offset : offset + taken] = view[pos + 7 : pos + 7 + taken]
+                        pending[2] = due - taken
+                    else:
+                        body.append(bytes(buf[pos + 7 : end]))
+                        pending[2] -= size
                     if pending[2] <= 0:
                         self._deliver(target, pending)
                     handled = True
@@ -263,8 +307,9 @@ class BulkFrameReceiver(internals.FrameReceiver):
                     continue
             self._frames.append(pamqp.frame.unmarshal(bytes(buf[pos : end + 1])))
             pos = end + 1
-        if pos:
+        if pos and source is None:
             del buf[:pos]
+        return pos
 
     def _direct(self, target: ChannelHooks, frame_type: int, payload: bytes) -> bool:
         """Handle a frame of a registered channel; False hands it to aiormq."""
@@ -297,6 +342,8 @@ class BulkFrameReceiver(internals.FrameReceiver):
             pending[2], pending[1] = decode_content_header(payload)
             if pending[2] == 0:
                 self._deliver(target, pending)
+            elif pending[2] >= LARGE_BODY and pending[4] == DELIVERED:
+                pending[3] = bytearray(pending[2])  # filled by _parse, frame by frame
             return True
         return False  # a body frame (type 3) of a pending message is _parse's (one per delivery)
 
@@ -307,7 +354,10 @@ class BulkFrameReceiver(internals.FrameReceiver):
             self._call(target.on_return, *pending[0])
             return
         parts = pending[3]
-        body = parts[0] if len(parts) == 1 else b"".join(parts)
+        if type(parts) is bytearray:
+            body = parts
+        else:
+            body = parts[0] if len(parts) == 1 else b"".join(parts)
         if kind == GOT:
             self._call(target.on_get, pending[0], pending[1], body)
             return

@@ -24,6 +24,12 @@ from stomp_bridge.amqp.pool import SharedConnection
 from stomp_bridge.protocol.errors import BrokerError
 
 
+# A large body's batch is written straight to the socket (write_behind) while RabbitMQ has
+# fewer unsent bytes than this before it: a few large messages in flight keep RabbitMQ's socket
+# full, within what aiormq's queue (10 batches) held before.
+WRITE_BEHIND = 4 * 1024 * 1024
+
+
 class ChannelWriter:
     """The batch of one lean channel and how it reaches the socket (see the module docstring).
     A session has one for its channel and, with separate publishers, one for its publishing
@@ -64,6 +70,9 @@ class ChannelWriter:
         self.publishes = False
         vectored, self.vectored = self.vectored, False
         if self.write_now(batch, vectored):
+            batch.clear()
+            return
+        if vectored and self.write_behind(batch):
             batch.clear()
             return
         # A drain future makes aiormq's writer wait for the socket to drain after this write:
@@ -113,6 +122,23 @@ class ChannelWriter:
             transport.write(b"".join(parts))
         else:
             transport.write(parts[0])
+        return True
+
+    def write_behind(self, parts: list[bytes | memoryview]) -> bool:
+        """A large body's batch, written to a socket that still has unsent bytes (below
+        WRITE_BEHIND) but nothing waiting in aiormq's queue, so it keeps its place: from the
+        client's buffers, as write_now would, instead of joined (a copy of the body) and queued.
+        Past WRITE_BEHIND unsent bytes (RabbitMQ not keeping up, or not reading at all) False:
+        the batch goes through the queue, whose bound holds the session back as before."""
+        transport = self.shared.hooks.transport
+        if (
+            transport is None
+            or self.write_queue.qsize()
+            or transport.is_closing()
+            or transport.get_write_buffer_size() > WRITE_BEHIND
+        ):
+            return False
+        transport.writelines(parts)
         return True
 
     def send_nowait(self, parts: list[bytes | memoryview]) -> bool:

@@ -34,7 +34,9 @@ from stomp_bridge.protocol import features
 from stomp_bridge.protocol import headers as hdr
 from stomp_bridge.protocol.connect import SUPPORTED_VERSIONS
 from stomp_bridge.protocol.errors import AccessRefused, FrameRejected, StompError
-from stomp_bridge.protocol.frames import END, END_LF, Frame, receipt_frame, serialize
+from stomp_bridge.protocol.frames import (
+    END, END_LF, VECTORED_BODY, Frame, joined, receipt_frame, serialize,
+)
 from stomp_bridge.protocol.parser import FrameParser, Limits
 
 log = logging.getLogger("stomp_bridge.session")
@@ -208,21 +210,23 @@ class Context:
         out, self.out = self.out, []
         return out
 
-    def encode(self, frame: Frame) -> bytes:
-        """Server frames; 1.0 clients get the plugin's (1.2) escaping, the only safe choice."""
+    def encode(self, frame: Frame, vectored: bool = False) -> bytes:
+        """Server frames; 1.0 clients get the plugin's (1.2) escaping, the only safe choice.
+        ``vectored``: a large body's frame as (head, body, end), its body not copied (the links
+        write it as it is: ``frames.flatten``)."""
         if self.trace is not None:
             self.trace("out", frame)
         version = self.version
         try:
-            return serialize(frame, "1.2" if version == "1.0" else version, self.eol)
+            return serialize(frame, "1.2" if version == "1.0" else version, self.eol, vectored)
         except ValueError:  # a raw CR that 1.1 cannot escape
-            return serialize(frame, "1.2", self.eol)
+            return serialize(frame, "1.2", self.eol, vectored)
 
     def deliver(self, headers: dict[str, str], body: bytes, sub: Subscription | None = None) -> None:
         """One MESSAGE, held with ``sub``'s until its SUBSCRIBE's RECEIPT is out."""
         self.counters.messages_delivered += 1
         self.counters.frames_out["MESSAGE"] += 1
-        data = self.encode(Frame("MESSAGE", headers, body))
+        data = self.encode(Frame("MESSAGE", headers, body), len(body) >= VECTORED_BODY)
         if sub is not None and sub.held is not None:
             sub.held.append(data)
         else:
@@ -231,7 +235,7 @@ class Context:
     def release_held(self, sub: Subscription) -> None:
         held, sub.held = sub.held, None
         if held and self.state is not CLOSED:
-            self.emit(b"".join(held))
+            self.emit(joined(held))
 
     # -- receipts and publishes ---------------------------------------------------------
 

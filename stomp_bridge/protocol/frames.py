@@ -123,9 +123,43 @@ def receipt_frame(receipt_id: str, end: bytes = END) -> bytes | None:
     return b"RECEIPT\nreceipt-id:" + receipt_id.encode() + b"\n\n" + end
 
 
-def serialize(frame: Frame, version: str = "1.2", end: bytes = END) -> bytes:
+# A MESSAGE body of this size or more is not joined with its head: the frame is emitted as
+# (head, body, end), which a TCP link writes with one vectored write (see ``flatten``).
+VECTORED_BODY = 64 * 1024
+
+
+def flatten(frames: list) -> list:
+    """Frames as the pieces of one vectored write: each large body as it is, the bytes between
+    two bodies (small frames, a large frame's head and end) joined into one piece."""
+    out: list = []
+    run: list = []
+    for frame in frames:
+        if type(frame) is tuple:
+            head, body, end = frame
+            run.append(head)
+            out.append(run[0] if len(run) == 1 else b"".join(run))
+            out.append(body)
+            run = [end]
+        else:
+            run.append(frame)
+    if run:
+        out.append(run[0] if len(run) == 1 else b"".join(run))
+    return out
+
+
+def joined(frames: list) -> bytes:
+    """Frames, some of them maybe (head, body, end), as one bytes (a copy of every body)."""
+    try:
+        return b"".join(frames)
+    except TypeError:
+        return b"".join(flatten(frames))
+
+
+def serialize(frame: Frame, version: str = "1.2", end: bytes = END, vectored: bool = False) -> bytes:
     """Encode ``frame`` for a peer speaking ``version``, ended by ``end`` (:data:`END` or
     :data:`END_LF`).
+
+    ``vectored``: the frame as the tuple (head, body, end) instead, for a large body.
 
     Like the RabbitMQ plugin, any ``content-length`` in ``frame.headers`` is
     replaced by the real body length (and left out for an empty body), so a
@@ -134,10 +168,11 @@ def serialize(frame: Frame, version: str = "1.2", end: bytes = END) -> bytes:
     than letting it split the header block; one that no version can carry (NUL
     in its name or value, an empty name) is left out.
     """
-    return encode_frame(frame.command, frame.headers, frame.body, version, end)
+    return encode_frame(frame.command, frame.headers, frame.body, version, end, vectored)
 
 
-def encode_frame(command: str, headers: dict[str, str], body: bytes, version: str = "1.2", end: bytes = END) -> bytes:
+def encode_frame(command: str, headers: dict[str, str], body: bytes, version: str = "1.2", end: bytes = END,
+                 vectored: bool = False) -> bytes:
     """:func:`serialize` of a frame not made into a :class:`Frame` (a MESSAGE per delivery)."""
     if version == "1.2" and command not in UNESCAPED_COMMANDS:
         table: dict[int, str] | None = _ESCAPE_12
@@ -171,4 +206,6 @@ def encode_frame(command: str, headers: dict[str, str], body: bytes, version: st
     if head:
         head += "\n"
     trailer = f"content-length:{len(body)}\n\n" if body else "\n"
+    if vectored:  # (head, body, end): the body not copied; see VECTORED_BODY
+        return (f"{command}\n{head}{trailer}".encode(), body, end)  # type: ignore[return-value]
     return b"".join((f"{command}\n{head}{trailer}".encode(), body, end))

@@ -31,7 +31,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from stomp_bridge.protocol.errors import FrameTooLarge, ProtocolError
+from stomp_bridge.protocol.errors import FrameTooLarge, ProtocolError, StompError
 from stomp_bridge.protocol.frames import CONTENT_LENGTH, UNESCAPED_COMMANDS, VERSIONS, Frame
 
 # RabbitMQ's MAX_COMMAND_LENGTH: the longest command, UNSUBSCRIBE, plus headroom.
@@ -43,7 +43,9 @@ _COMMAND_TEXT = re.compile(_COMMAND.pattern.decode())
 # path, so a buffer of CR LF frames is never searched to its end for each frame.
 WHOLE_HEAD_SCAN = 8192
 # A body of at least this many bytes (with a content-length) that is not all here yet is
-# collected chunk by chunk and joined once: one copy of it instead of two.
+# received into a bytearray of its own, allocated once at its full length (content-length
+# bytes and the NUL): each chunk is copied into it where it belongs, or the socket reads into
+# it directly (body_window), and it becomes the frame's body as it is (no join, no slice).
 COLLECT_BODY = 64 * 1024
 _CONTENT_LENGTH = re.compile(r"[ \t]*([0-9]+)[ \t]*")
 _ESCAPE = re.compile(r"\\(.?)", re.DOTALL)
@@ -110,7 +112,7 @@ class FrameParser:
 
     # One per connection: slots keep the thousands of idle ones small.
     __slots__ = (
-        "limits", "_version", "_buf", "_parts", "_collected", "_body_start", "_command", "_header_lines",
+        "limits", "_version", "_buf", "large_body", "_collected", "_body_start", "_command", "_header_lines",
         "_headers", "_length", "_phase", "_pos", "_scan", "_unescape",
     )
 
@@ -118,9 +120,11 @@ class FrameParser:
         self.limits = limits
         self.version = version
         self._buf = bytearray()
-        # A large body with a content-length is collected as the chunks that bring it and joined
-        # once (COLLECT_BODY), rather than appended to the buffer and copied out of it again.
-        self._parts: list[bytes] | None = None
+        # A large body with a content-length (COLLECT_BODY) being received: its bytes and the
+        # NUL, filled up to _collected, rather than appended to the buffer and copied out of it
+        # again. Public so that a socket's reader can tell, without a call, whether to ask for
+        # body_window (read-only for anyone else).
+        self.large_body: bytearray | None = None
         self._collected = 0
         self._reset()
 
@@ -137,16 +141,76 @@ class FrameParser:
     @property
     def buffered(self) -> int:
         """How many received bytes are not yet part of a returned frame."""
-        if self._parts is not None:
+        if self.large_body is not None:
             return self._body_start + self._collected + len(self._buf)
         return len(self._buf)
 
-    def feed(self, data: bytes) -> None:
-        if self._parts is not None:  # a large body: kept as received, joined once
-            self._parts.append(data)
-            self._collected += len(data)
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        """Take received bytes (copied: the caller may reuse ``data``'s memory)."""
+        body = self.large_body
+        if body is not None:  # a large body: copied to its place in the body's own buffer
+            filled = self._collected
+            room = len(body) - filled
+            if room:
+                size = len(data)
+                if size <= room:
+                    body[filled : filled + size] = data
+                    self._collected = filled + size
+                    return
+                with memoryview(data) as view:
+                    body[filled:] = view[:room]
+                    self._collected = filled + room
+                    self._buf += view[room:]
+                return
+        elif not self._buf and self._phase == _NOISE and len(data) >= COLLECT_BODY and self._large_head(data):
             return
         self._buf += data
+
+    def _large_head(self, data: bytes | bytearray | memoryview) -> bool:
+        """A chunk that begins with a frame (nothing buffered before it): if that frame's whole
+        head is in the chunk's first WHOLE_HEAD_SCAN bytes and its content-length makes it a large
+        body that the chunk does not finish, the head is parsed now and the rest of the chunk
+        copied straight into the body's buffer (not into this buffer, then out again). Anything
+        else (noise first, an unusual head, an error to report) returns False with nothing
+        changed: ``next_frame`` then reads the chunk as usual, and raises what it finds.
+
+        Parsing the head here reads it under the version and limits of now, which are those
+        next_frame would use: nothing buffered means every frame before it was returned."""
+        with memoryview(data) as view:
+            first = view[:WHOLE_HEAD_SCAN].tobytes()
+            end = first.find(b"\n\n")
+            if end <= 0 or first[0] in (10, 13, 0) or b"content-length:" not in first[:end]:
+                return False
+            start = end + 2
+            self._buf += first[:start]
+            self._phase = _HEAD
+            try:
+                parsed = self._whole_head()
+            except StompError:
+                parsed = False
+            length = self._length
+            if not parsed or length is None or length < COLLECT_BODY or len(view) - start > length:
+                self._buf = bytearray()  # as it was: the usual path reads the whole chunk
+                self._reset()
+                return False
+            body = self.large_body = bytearray(length + 1)
+            body[: len(view) - start] = view[start:]
+            self._collected = len(view) - start
+            del self._buf[:]
+            return True
+
+    def body_window(self) -> memoryview | None:
+        """Where the rest of a large body goes (its bytes still due and its NUL), for a socket
+        to read into directly; None when no large body is being received. Once bytes are read
+        into it, :meth:`body_filled` says how many."""
+        body = self.large_body
+        if body is None or self._collected == len(body) or self._buf:
+            return None
+        return memoryview(body)[self._collected :]
+
+    def body_filled(self, size: int) -> None:
+        """``size`` bytes were read into the start of :meth:`body_window`'s window."""
+        self._collected += size
 
     def clear(self) -> None:
         """Drop everything buffered: the connection has ended. A frame in progress may hold
@@ -154,7 +218,7 @@ class FrameParser:
         they would wait for the garbage collector (half a megabyte for each junk flood's
         connection, measured)."""
         self._buf = bytearray()
-        self._parts = None
+        self.large_body = None
         self._collected = 0
         self._reset()
 
@@ -391,7 +455,7 @@ class FrameParser:
         self._length = int(digits)
 
     def _read_body(self) -> Frame | None:
-        if self._parts is not None:
+        if self.large_body is not None:
             return self._collected_body()
         buf = self._buf
         start = self._body_start
@@ -399,8 +463,12 @@ class FrameParser:
             end = start + self._length
             if len(buf) <= end:
                 if self._length >= COLLECT_BODY:
-                    # What is here of the body becomes the first part; the head is done with.
-                    self._parts = [bytes(buf[start:])]
+                    # The body's own buffer, at its full size (bounded by max_frame_size, checked
+                    # with the content-length): what is here of the body goes to its start; the
+                    # head is done with.
+                    body = self.large_body = bytearray(self._length + 1)
+                    with memoryview(buf) as view:
+                        body[: len(buf) - start] = view[start:]
                     self._collected = len(buf) - start
                     del buf[:]
                 return None
@@ -429,22 +497,20 @@ class FrameParser:
         return frame
 
     def _collected_body(self) -> Frame | None:
-        parts = self._parts
-        assert parts is not None and self._length is not None
+        body = self.large_body
+        assert body is not None and self._length is not None
         length = self._length
         if self._collected <= length:
             return None  # the body, or its NUL, is still to come
-        last = parts.pop()
-        need = length - (self._collected - len(last))  # body bytes in the last chunk
-        if last[need] != 0:
+        if body[length] != 0:
             raise ProtocolError(
                 "Missing frame terminator",
                 f"expected NUL after the {length} body bytes given by content-length",
             )
-        parts.append(last[:need])
-        frame = Frame(self._command, self._headers, b"".join(parts))
-        self._buf += memoryview(last)[need + 1 :]
-        self._parts = None
+        del body[length:]  # the NUL: the size shrinks, nothing moves
+        # The body is the bytearray itself (no copy): the parser never touches it again.
+        frame = Frame(self._command, self._headers, body)  # type: ignore[arg-type]
+        self.large_body = None
         self._collected = 0
         self._reset()
         return frame

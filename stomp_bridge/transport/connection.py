@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
@@ -29,7 +30,8 @@ from stomp_bridge.core.rules import Rules
 from stomp_bridge.logs import log_frame
 from stomp_bridge.metrics import Counters
 from stomp_bridge.protocol.errors import ProtocolError, StompError
-from stomp_bridge.protocol.frames import CLIENT_COMMANDS
+from stomp_bridge.protocol.frames import CLIENT_COMMANDS, flatten
+from stomp_bridge.protocol.parser import FrameParser
 from stomp_bridge.session.session import Session
 from stomp_bridge.session.throttle import LoginThrottle
 from stomp_bridge.session.tracing import Tracing
@@ -90,7 +92,9 @@ class Link(Protocol):
 
     ``send`` gets complete STOMP frames (and heart-beat EOLs), one list element
     each, so a WebSocket link can send one message per frame as web-stomp
-    does, while TCP joins them into one write.
+    does, while TCP joins them into one write. A frame with a large body may be the
+    tuple (head, body, end) (``frames.VECTORED_BODY``): TCP writes its pieces with one
+    vectored write, WebSocket joins them into its message.
     """
 
     def read(self) -> Awaitable[bytes]: ...  # next chunk of client bytes; b"" at the end
@@ -104,6 +108,17 @@ class Link(Protocol):
     def writable(self) -> bool: ...  # below the high-water mark now (no waiting)
 
 
+class _ReadBuffer(threading.local):
+    """The buffer every TcpLink of a thread's event loop reads into (get_buffer): a read and
+    its buffer_updated run in one callback, so one buffer serves them all."""
+
+    def __init__(self) -> None:
+        self.view = memoryview(bytearray(READ_SIZE))
+
+
+_read_buffer = _ReadBuffer()
+
+
 class TcpLink(asyncio.Protocol):
     """A STOMP client on a plain TCP (or TLS) socket, read through protocol callbacks.
 
@@ -112,11 +127,21 @@ class TcpLink(asyncio.Protocol):
     future per read. Reading pauses once READ_SIZE bytes wait unread, which is the
     backpressure towards a client whose frames the session is still handling.
     ``on_connect`` runs when the socket is accepted (the listener starts the client's task).
+
+    A large body (``parser``, set by the Connection, receiving one): from the next ``read``
+    until it is complete the transport reads through a buffered protocol (:class:`_BodyReader`,
+    ``transport.set_protocol``) into a buffer the link gives (``get_buffer``): while the loop
+    waits for bytes, the body's own buffer at the place its next bytes go (the kernel copies
+    them there and nothing else does); otherwise the thread's one read buffer, copied out once.
+    Small frames keep the plain protocol: a buffered read costs a call more per read. A chunk of
+    SMALL_CHUNK bytes or more that arrives while the loop waits goes into the parser at once
+    (``read`` then says FED), not to a bytes of its own first.
     """
 
     __slots__ = (
         "transport", "task", "_on_connect", "_high", "_chunks", "_size", "_waiter", "_eof", "_error",
         "_flow_paused", "_held", "_write_paused", "_drain_waiters", "_lost", "on_data", "_fed",
+        "parser", "_window", "filled", "_buffered",
     )
 
     def __init__(self, on_connect: Callable[[TcpLink], None], high: int) -> None:
@@ -139,8 +164,13 @@ class TcpLink(asyncio.Protocol):
         # is written. It returns None if it did not take the bytes (the loop reads them), else
         # whether the loop must go on (a frame's job, a wait): read() then returns FED, the bytes
         # being in the parser already.
-        self.on_data: Callable[[bytes], bool | None] | None = None
+        self.on_data: Callable[[bytes | memoryview], bool | None] | None = None
         self._fed = False
+        # The connection's parser: a large body's bytes are read straight into its buffer.
+        self.parser: FrameParser | None = None
+        self._window = False  # the last get_buffer gave the parser's body window
+        self.filled = 0  # bytes read into the parser's body window, not yet counted by the loop
+        self._buffered = False  # the transport reads through a _BodyReader (a large body)
 
     # -- asyncio.Protocol ------------------------------------------------------------
 
@@ -150,15 +180,60 @@ class TcpLink(asyncio.Protocol):
         transport.set_write_buffer_limits(high=self._high, low=self._high // 4)
         self._on_connect(self)
 
-    def data_received(self, data: bytes) -> None:
-        on_data = self.on_data
-        if on_data is not None and self._waiter is not None and not self._chunks:
-            taken = on_data(data)
-            if taken is not None:
-                if taken:
-                    self._fed = True
-                    self._wake()
+    def get_buffer(self, sizehint: int) -> memoryview:
+        parser = self.parser
+        # Only while the loop waits for bytes (or has yet to take the window's last ones): a loop
+        # busy with a frame (a publish RabbitMQ holds back) reads nothing into the window, so the
+        # unread chunks, and the pause at READ_SIZE, are as before.
+        if (
+            parser is not None and parser.large_body is not None and not self._chunks
+            and (self._waiter is not None or self._fed)
+        ):
+            window = parser.body_window()
+            if window is not None:
+                self._window = True
+                return window
+        self._window = False
+        return _read_buffer.view
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._window:
+            self._window = False
+            self.parser.body_filled(nbytes)  # type: ignore[union-attr]
+            self.filled += nbytes
+            self._fed = True
+            self._wake()
+            return
+        self.data_received(_read_buffer.view[:nbytes])
+
+    def data_received(self, data: bytes | memoryview) -> None:
+        """A chunk: to ``on_data`` if the loop waits for bytes, else kept for ``read``. A view
+        of the read buffer is copied before it is kept (the parser copies what it takes)."""
+        if self._waiter is not None and not self._chunks:
+            on_data = self.on_data
+            if on_data is not None:
+                taken = on_data(data)
+                if taken is not None:
+                    if taken:
+                        self._fed = True
+                        self._wake()
+                    return
+            parser = self.parser
+            if parser is not None and len(data) >= SMALL_CHUNK:
+                # A large chunk while the loop waits for one: into the parser now (its one copy;
+                # a large body's head is parsed there, the rest goes to the body's own buffer),
+                # not kept as a chunk and copied again. The loop handles its frames (FED).
+                parser.feed(data)
+                self.filled += len(data)
+                self._fed = True
+                self._wake()
+                if parser.large_body is not None and not self._buffered:
+                    # It began a large body: the reads that follow, in this pass of the event
+                    # loop already, go into the body's buffer
+                    self._read_into_body(True)
                 return
+        if type(data) is memoryview:
+            data = data.tobytes()
         self._chunks.append(data)
         self._size += len(data)
         if self._size >= READ_SIZE and not self._flow_paused:
@@ -209,7 +284,13 @@ class TcpLink(asyncio.Protocol):
 
     async def read(self) -> bytes:
         """Everything received since the last call (one chunk, as a rule); b"" at the end."""
+        parser = self.parser
+        if parser is not None and (parser.large_body is not None) is not self._buffered:
+            self._read_into_body(not self._buffered)
         if not self._chunks:
+            if self._fed:  # read into the parser while the loop was busy with the last bytes
+                self._fed = False
+                return FED
             if self._eof:
                 return b""
             while True:
@@ -233,8 +314,28 @@ class TcpLink(asyncio.Protocol):
                 transport.resume_reading()
         return data
 
+    def _read_into_body(self, buffered: bool) -> None:
+        """Read through a _BodyReader (a large body being received) or this link again."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        self._buffered = buffered
+        transport.set_protocol(_BodyReader(self) if buffered else self)
+
     def send(self, frames: list[bytes]) -> int:
-        data = frames[0] if len(frames) == 1 else b"".join(frames)
+        if len(frames) == 1:
+            data = frames[0]
+            vectored = type(data) is tuple
+        else:
+            try:
+                data = b"".join(frames)
+                vectored = False
+            except TypeError:
+                vectored = True
+        if vectored:  # a large body's (head, body, end): one vectored write, no join
+            parts = flatten(frames)
+            self.transport.writelines(parts)  # type: ignore[union-attr]
+            return sum(map(len, parts))
         self.transport.write(data)  # type: ignore[union-attr]
         return len(data)
 
@@ -279,6 +380,34 @@ class TcpLink(asyncio.Protocol):
         waiter = asyncio.get_running_loop().create_future()
         self._drain_waiters.append(waiter)
         await waiter
+
+
+class _BodyReader(asyncio.BufferedProtocol):
+    """A TcpLink's transport's protocol while a large body is received: reads into the buffer
+    the link gives (TcpLink.get_buffer); everything else is the link's."""
+
+    __slots__ = ("link",)
+
+    def __init__(self, link: TcpLink) -> None:
+        self.link = link
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.link.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.link.buffer_updated(nbytes)
+
+    def eof_received(self) -> bool:
+        return self.link.eof_received()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.link.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.link.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.link.resume_writing()
 
 
 class WriteGate:
@@ -382,6 +511,8 @@ class Connection:
         # handle; the ``call_soon`` covers writes from anywhere else (timers, callbacks).
         self.core = self.session.core
         self.core.wakeup = self._wakeup
+        if isinstance(link, TcpLink):
+            link.parser = self.core.parser  # a large body is read straight into its buffer
 
     def _wakeup(self) -> None:  # a bound method: a closure here was ~190 bytes of every connection
         self.loop.call_soon(self._flush_out)
@@ -510,7 +641,13 @@ class Connection:
                     frame = job = None  # type: ignore[assignment]
                     data = await read()
                     self.reading_since = None
-                if data is FED:  # _on_data took the bytes: their first frames are handled
+                if data is FED:  # _on_data took the bytes (their first frames are handled), or
+                    # they were read into a large body's buffer (link.filled of them)
+                    filled = getattr(link, "filled", 0)
+                    if filled:
+                        link.filled = 0  # type: ignore[attr-defined]
+                        counters.bytes_in += filled
+                        self.last_read = self.loop.time()
                     job, self._held_job = self._held_job, None
                     if job is not None:
                         await session.run(job)

@@ -298,6 +298,8 @@ class WebSocketLink(asyncio.Protocol):
         sent = 0
         if ws.state is OPEN:
             for frame in frames:
+                if type(frame) is tuple:  # a large body's (head, body, end): one message
+                    frame = b"".join(frame)
                 if rules.is_text(frame):
                     ws.send_text(frame)
                 else:
@@ -308,6 +310,8 @@ class WebSocketLink(asyncio.Protocol):
             # websockets failed the connection (message too big, bad framing) and
             # holds its close frame; the session's ERROR still goes before it.
             for frame in frames:
+                if type(frame) is tuple:
+                    frame = b"".join(frame)
                 opcode = Opcode.TEXT if rules.is_text(frame) else Opcode.BINARY
                 self.transport.write(Frame(opcode, frame).serialize(mask=False, extensions=ws.extensions))
                 sent += len(frame)

@@ -191,6 +191,38 @@ async def test_a_busy_socket_sends_the_batch_through_aiormqs_queue_with_a_drain_
     assert [type(m) for m in rabbit.methods()] == [spec.Basic.Publish]
 
 
+async def test_a_large_body_behind_unsent_bytes_is_written_unjoined_until_write_behind() -> None:
+    """write_behind: nothing waits in aiormq's queue, so the batch keeps its place written to the
+    socket at once, from the client's buffer (no join), while RabbitMQ has fewer than
+    WRITE_BEHIND unsent bytes; past it, or behind a queued frame, it is joined and queued (the
+    queue's bound is the backpressure)."""
+    from stomp_bridge.amqp.codec import LARGE_BODY
+    from stomp_bridge.amqp.writer import WRITE_BEHIND
+
+    amqp, rabbit, _ = await session()
+    rabbit.transport.buffered = WRITE_BEHIND  # RabbitMQ has not read all we wrote last
+    writes = rabbit.transport.writes
+    body = bytearray(b"L" * (3 * LARGE_BODY))
+    amqp.publish("", "q", {}, body)
+    await amqp.flush()
+    assert rabbit.transport.writes == writes + 1  # one writelines, not the queue
+    assert [type(m) for m in rabbit.methods()] == [spec.Basic.Publish]
+    assert rabbit.connection.write_queue.empty()
+    rabbit.transport.buffered = WRITE_BEHIND + 1  # RabbitMQ is behind: through the queue
+    amqp.publish("", "q", {}, body)
+    await amqp.flush()
+    assert rabbit.transport.writes == writes + 1
+    queued = rabbit.connection.write_queue.get_nowait()
+    assert len(queued.payload) > len(body) and queued.drain_future is not None
+    rabbit.transport.buffered = 1
+    rabbit.connection.write_queue.put_nowait(object())  # something waits in aiormq's queue
+    amqp.publish("", "q", {}, body)
+    await amqp.flush()
+    assert rabbit.transport.writes == writes + 1  # behind it, in order
+    rabbit.connection.write_queue.get_nowait()
+    assert len(rabbit.connection.write_queue.get_nowait().payload) > len(body)
+
+
 async def test_a_full_write_queue_holds_the_flush_and_a_lost_connection_ends_the_wait() -> None:
     amqp, rabbit, _ = await session()
     rabbit.transport.buffered = 1

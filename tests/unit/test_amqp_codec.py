@@ -239,3 +239,24 @@ def test_the_publish_check_refuses_exactly_the_properties_over_one_frame(frame_m
     frame = 22 + len(encode_properties(props)[1])  # frame header, class/weight/size/flags, end
     problem = publish_problem("", "q", props, frame_max)
     assert (problem is None) == (frame + 512 <= frame_max), (frame, problem)
+
+
+# The body framing at its edges: no body, one byte, a body that just fits one body frame
+# (frame_max - 8: seven bytes of frame header and the end byte), one byte more (two frames),
+# and several frames with a short last one; the small path (one joined bytes) and the large
+# one (views of the body) alike, each byte for byte pamqp's frames.
+@pytest.mark.parametrize("frame_max", [FRAME_MAX, 131072])
+@pytest.mark.parametrize("size", ["0", "1", "frame_max-8", "frame_max-7", "3*frame_max+5"])
+def test_body_frames_at_the_frame_size_edges_are_pamqps_bytes(frame_max, size):
+    from stomp_bridge.amqp.codec import LARGE_BODY
+
+    length = eval(size, {"frame_max": frame_max})  # noqa: S307 - the ids above
+    body = bytes(i % 251 for i in range(length))
+    props = {"headers": {"receipt": "r"}, "delivery_mode": 2}
+    out: list = []
+    vectored = publish_frames(out, 7, "amq.topic", "k", props, body, frame_max)
+    assert b"".join(out) == reference(7, "amq.topic", "k", props, body, frame_max)
+    assert vectored is (length >= LARGE_BODY)
+    views = [part for part in out if isinstance(part, memoryview)]
+    if length > frame_max - 8:  # more than one body frame: every body byte is a view of the body
+        assert all(view.obj is body for view in views) and sum(map(len, views)) == length

@@ -221,3 +221,64 @@ def test_a_chunk_is_handled_in_the_sockets_data_received_and_aiormq_woken_only_f
             await asyncio.wait_for(waiting, 5)
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("chunk", [7, 4093, 70000, 10**7])
+def test_a_large_delivery_is_assembled_in_one_buffer_of_its_size(chunk):
+    from stomp_bridge.amqp.reader import LARGE_BODY
+
+    receiver, got = make_receiver()
+    large = bytes(i % 253 for i in range(3 * LARGE_BODY + 5))
+    bodies = [large, b"small", large[::-1], b""]
+    stream = b"".join(deliver_frames(1, i + 1, body, PROPS, frame_max=131072) for i, body in enumerate(bodies))
+    stream += pamqp.frame.marshal(spec.Basic.Ack(delivery_tag=4, multiple=True), 1)
+    feed(receiver, stream, chunk)
+    delivered = [g[1].body for g in got if g[0] == "deliver"]
+    assert delivered == bodies
+    assert type(delivered[0]) is bytearray and len(delivered[0]) == len(large)  # filled in place
+    assert type(delivered[1]) is bytes
+    assert got[-1] == ("confirm", (4, True, False))
+    assert not receiver._buf
+
+
+def test_a_large_returned_message_still_reaches_its_hook():
+    from stomp_bridge.amqp.reader import LARGE_BODY
+
+    receiver, got = make_receiver()
+    body = b"r" * (2 * LARGE_BODY)
+    stream = pamqp.frame.marshal(spec.Basic.Return(reply_code=312, reply_text="NO_ROUTE", exchange="",
+                                                   routing_key="nowhere"), 1)
+    stream += pamqp.frame.marshal(ContentHeader(0, len(body), spec.Basic.Properties()), 1)
+    for start in range(0, len(body), 4088):
+        stream += pamqp.frame.marshal(ContentBody(body[start : start + 4088]), 1)
+    feed(receiver, stream, 5000)
+    assert got == [("return", (312, "NO_ROUTE", "", "nowhere"))]
+
+
+@settings(max_examples=60, deadline=None)
+@given(sizes=st.lists(st.sampled_from([0, 5, 4088, 4089, 70_000, 200_003]), min_size=1, max_size=4),
+       cuts=st.lists(st.integers(1, 300_000), max_size=12))
+def test_chunks_are_cut_where_they_are_and_only_a_spanning_frame_is_buffered(sizes, cuts):
+    """_feed (the socket's data_received): complete frames are handled from the chunk itself;
+    the buffer only ever holds the start of one frame the chunk ended in."""
+    import asyncio
+
+    async def scenario() -> None:
+        receiver, got = make_receiver()
+        receiver.started = True  # past the handshake, as every chunk after connection.start
+        bodies = [bytes(i % 247 for i in range(size)) for size in sizes]
+        stream = b"".join(deliver_frames(1, i + 1, body, PROPS, frame_max=4096 if i % 2 else 131072)
+                          for i, body in enumerate(bodies))
+        stream += pamqp.frame.marshal(spec.Basic.Ack(delivery_tag=9, multiple=False), 1)
+        points = sorted({min(c, len(stream)) for c in cuts} | {len(stream)})
+        start = 0
+        for point in points:
+            receiver._feed(stream[start:point])
+            start = point
+            assert len(receiver._buf) <= 131072 + 8  # never more than one frame's bytes
+        assert receiver._error is None
+        assert [g[1].body for g in got if g[0] == "deliver"] == bodies
+        assert got[-1] == ("confirm", (9, False, False))
+        assert not receiver._buf
+
+    asyncio.run(scenario())

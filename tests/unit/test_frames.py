@@ -261,3 +261,20 @@ def test_no_header_changes_the_structure_of_a_message_frame(version, headers, bo
     assert _nul_reader(wire) == [wire[:-1]]
     expected = dict(kept, **({"content-length": str(len(body))} if body else {}))
     assert FrameParser(version=wire_version).frames(wire) == [Frame("MESSAGE", expected, body)]
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1", "1.2"])
+@pytest.mark.parametrize("end", [b"\0", b"\0\n"])
+def test_a_vectored_frame_is_the_same_bytes_with_its_body_not_copied(version, end):
+    from stomp_bridge.protocol.frames import VECTORED_BODY, flatten, joined
+
+    body = bytearray(b"\0m" * VECTORED_BODY)
+    frame = Frame("MESSAGE", {"destination": "/queue/a", "content-length": "1", "x": "a:b"}, body)
+    head, same_body, tail = serialize(frame, version, end, vectored=True)
+    assert same_body is body and tail == end
+    assert head + body + end == serialize(frame, version, end)
+    frames = [b"RECEIPT\nreceipt-id:1\n\n\0", (head, body, end), (head, body, end), b"\n"]
+    pieces = flatten(frames)
+    assert [type(p) for p in pieces] == [bytes, bytearray, bytes, bytearray, bytes]
+    assert b"".join(pieces) == joined(frames) == frames[0] + (head + body + end) * 2 + b"\n"
+    assert joined([b"a", b"b"]) == b"ab"

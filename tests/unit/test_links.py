@@ -88,6 +88,12 @@ class FakeTransport:
     def write(self, data: bytes) -> None:
         self.written.append(data)
 
+    def writelines(self, parts) -> None:
+        self.written.append(list(parts))
+
+    def set_protocol(self, protocol) -> None:
+        self.protocol = protocol
+
     def get_write_buffer_size(self) -> int:
         return self.buffered
 
@@ -195,6 +201,65 @@ async def test_tcp_link_gone_after_the_end_is_done_at_once():
     assert link.gone().done()
 
 
+def _recv_into(link, data: bytes) -> bool:
+    """What the event loop does for a buffered protocol: get_buffer, read into it,
+    buffer_updated. True: the bytes went to the parser's body window."""
+    buffer = link.get_buffer(-1)
+    size = min(len(data), len(buffer))
+    buffer[:size] = data[:size]
+    window = link._window
+    link.buffer_updated(size)
+    return window
+
+
+async def test_tcp_link_reads_a_large_body_into_the_parsers_buffer_while_the_loop_waits_for_bytes():
+    from stomp_bridge.protocol.parser import FrameParser
+    from stomp_bridge.transport.connection import FED
+
+    link, transport, asyncio = _tcp_link()
+    parser = link.parser = FrameParser()
+    body = bytes(i % 241 for i in range(300_000))
+    wire = b"SEND\ndestination:/queue/a\ncontent-length:%d\n\n" % len(body) + body + b"\0"
+    # Not collecting a body: the shared read buffer, handed over as bytes of their own.
+    assert not _recv_into(link, wire[:80_000])
+    data = await link.read()
+    assert type(data) is bytes and data == wire[:80_000]
+    parser.feed(data)
+    assert parser.next_frame() is None  # a large body begun: its buffer is allocated
+    # The loop is busy (not waiting in read): bytes are kept for it, the window is not used.
+    assert not _recv_into(link, wire[80_000:100_000])
+    assert await link.read() == wire[80_000:100_000]
+    # From this read on the transport reads through a buffered protocol (the link's buffers).
+    assert isinstance(transport.protocol, asyncio.BufferedProtocol) and transport.protocol.link is link
+    parser.feed(wire[80_000:100_000])
+    # The loop waits for bytes: straight into the body's buffer, and read() says FED.
+    reading = asyncio.ensure_future(link.read())
+    await asyncio.sleep(0)
+    assert _recv_into(link, wire[100_000:250_000])
+    assert _recv_into(link, wire[250_000:])  # before the loop ran: still the window
+    assert await reading is FED and link.filled == len(wire) - 100_000
+    frame = parser.next_frame()
+    assert frame is not None and frame.body == body
+    # The body done, the link reads as a plain protocol again (a buffered read costs a call more).
+    reading = asyncio.ensure_future(link.read())
+    await asyncio.sleep(0)
+    assert transport.protocol is link
+    assert not _recv_into(link, b"ACK\nid:1\n\n\0")
+    assert await reading == b"ACK\nid:1\n\n\0"
+
+
+async def test_tcp_link_writes_a_large_bodys_frame_with_one_vectored_write():
+    link, transport, _ = _tcp_link()
+    body = bytearray(b"b" * 100_000)
+    frames = [b"RECEIPT\nreceipt-id:1\n\n\0", (b"MESSAGE\ncontent-length:100000\n\n", body, b"\0"), b"\n"]
+    assert link.send(frames) == sum(map(len, (frames[0], *frames[1], frames[2])))
+    (parts,) = transport.written
+    assert parts[0] == frames[0] + frames[1][0] and parts[1] is body and parts[2:] == [b"\0\n"]
+    assert link.send([frames[1]]) == 100_000 + len(frames[1][0]) + 1
+    assert transport.written[1][1] is body
+    assert link.send([b"a", b"b"]) == 2 and transport.written[2] == b"ab"
+
+
 # -- WebSocketLink: reading stops while writing is paused (pings are answered as they are read) --
 
 class FakeGateway:
@@ -224,3 +289,47 @@ async def test_tcp_link_close_drops_what_was_received_and_not_read():
     link.data_received(b"x" * 1000)
     link.close()
     assert transport.closing and await asyncio.wait_for(link.read(), 1) == b""
+
+
+async def test_tcp_link_feeds_a_large_chunk_to_the_parser_while_the_loop_waits_for_bytes():
+    """One copy (read buffer to parser), not a bytes of the chunk first; small chunks and chunks
+    while the loop is busy take the usual way."""
+    from stomp_bridge.protocol.parser import FrameParser
+    from stomp_bridge.transport.connection import FED, SMALL_CHUNK
+
+    link, transport, asyncio = _tcp_link()
+    parser = link.parser = FrameParser()
+    frames = b"".join(b"SEND\ndestination:/queue/a\n\n%d\0" % i for i in range(2000))
+    assert len(frames) >= SMALL_CHUNK
+    reading = asyncio.ensure_future(link.read())
+    await asyncio.sleep(0)
+    assert not _recv_into(link, frames)
+    assert await reading is FED and link.filled == len(frames)
+    assert [f.body for f in iter(parser.next_frame, None)] == [b"%d" % i for i in range(2000)]
+    reading = asyncio.ensure_future(link.read())
+    await asyncio.sleep(0)
+    assert not _recv_into(link, b"SEND\n\nsmall\0")  # small: read() returns it
+    assert await reading == b"SEND\n\nsmall\0"
+
+
+async def test_tcp_link_reads_through_a_buffered_protocol_from_the_chunk_that_begins_a_large_body():
+    """The switch happens in the read callback itself, so the reads that follow in the same pass
+    of the event loop already go into the body's buffer; back to the plain protocol once done."""
+    from stomp_bridge.protocol.parser import FrameParser
+    from stomp_bridge.transport.connection import FED
+
+    link, transport, asyncio = _tcp_link()
+    parser = link.parser = FrameParser()
+    body = b"B" * 500_000
+    wire = b"SEND\ndestination:/queue/a\ncontent-length:%d\n\n" % len(body) + body + b"\0"
+    reading = asyncio.ensure_future(link.read())
+    await asyncio.sleep(0)
+    link.data_received(wire[:100_000])  # a plain protocol's read
+    assert isinstance(transport.protocol, asyncio.BufferedProtocol)
+    assert _recv_into(link, wire[100_000:])  # the next read, before the loop ran: into the body
+    assert await reading is FED
+    assert parser.next_frame().body == body
+    reading = asyncio.ensure_future(link.read())
+    await asyncio.sleep(0)
+    assert transport.protocol is link
+    reading.cancel()

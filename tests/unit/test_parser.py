@@ -440,8 +440,9 @@ def test_a_large_body_without_its_nul_is_refused_where_it_should_end():
         parser.next_frame()
 
 
-def test_a_large_body_is_joined_once_not_copied_out_of_the_buffer():
-    """The chunks are kept as received: the parser's buffer never holds the body."""
+def test_a_large_body_is_received_into_a_buffer_of_its_own_not_the_parsers():
+    """Each chunk is copied to its place in a buffer of the body's size (allocated once); the
+    parser's buffer never holds the body, and the frame's body is that buffer."""
     body = b"q" * 300_000
     wire = b"SEND\ndestination:/queue/a\ncontent-length:%d\n\n" % len(body) + body + b"\0"
     parser = FrameParser()
@@ -452,6 +453,66 @@ def test_a_large_body_is_joined_once_not_copied_out_of_the_buffer():
             assert len(parser._buf) == 0 and parser.buffered == i + 65536
     assert parser.next_frame() == Frame("SEND", {"destination": "/queue/a", "content-length": str(len(body))}, body)
     assert parser.buffered == 0
+
+
+@pytest.mark.parametrize("read", [1, 4096, 65536, 10**7])
+def test_a_socket_reads_a_large_body_straight_into_its_window(read):
+    """body_window / body_filled (the TCP link's get_buffer): the window is where the body's
+    next bytes and its NUL go; what follows the NUL arrives through feed as usual."""
+    body = bytes(i % 249 for i in range(200_000))
+    head = b"SEND\ndestination:/queue/a\ncontent-length:%d\n\n" % len(body)
+    parser = FrameParser()
+    assert parser.body_window() is None  # no large body being received
+    parser.feed(head + body[:1000])
+    assert parser.next_frame() is None
+    rest = body[1000:] + b"\0"
+    windows = []
+    while rest:
+        window = parser.body_window()
+        assert window is not None and len(window) == len(rest)
+        windows.append(window.obj)
+        size = min(read, len(rest))
+        window[:size] = rest[:size]  # what recv_into does
+        window.release()
+        parser.body_filled(size)
+        rest = rest[size:]
+        if rest:
+            assert parser.next_frame() is None
+    assert parser.body_window() is None
+    assert len({id(obj) for obj in windows}) == 1  # one buffer, allocated once
+    parser.feed(b"\nSEND\ndestination:/queue/b\n\nnext\0")
+    assert [f.body for f in iter(parser.next_frame, None)] == [body, b"next"]
+
+
+def test_the_body_window_path_gives_the_same_frame_and_checks_the_nul():
+    body = b"w" * 100_000
+    head = b"SEND\ndestination:/queue/a\ncontent-length:%d\n\n" % len(body)
+    for terminator, ok in ((b"\0", True), (b"X", False)):
+        parser = FrameParser()
+        parser.feed(head + body[:70_000])
+        assert parser.next_frame() is None
+        window = parser.body_window()
+        window[:] = body[70_000:] + terminator
+        window.release()
+        parser.body_filled(30_001)
+        if ok:
+            frame = parser.next_frame()
+            assert frame == Frame("SEND", {"destination": "/queue/a", "content-length": "100000"}, body)
+            assert type(frame.body) is bytearray and parser.buffered == 0
+        else:
+            with pytest.raises(ProtocolError, match="Missing frame terminator"):
+                parser.next_frame()
+
+
+def test_a_chunk_past_a_large_bodys_nul_keeps_the_next_frames_bytes():
+    body = b"v" * 70_000
+    first = b"SEND\ndestination:/queue/a\ncontent-length:%d\n\n" % len(body) + body + b"\0"
+    second = b"SEND\ndestination:/queue/b\n\nafter\0"
+    parser = FrameParser()
+    parser.feed(first[:20_000])
+    assert parser.next_frame() is None
+    parser.feed(memoryview(first[20_000:] + second))  # a view of a reused read buffer: copied
+    assert [f.body for f in iter(parser.next_frame, None)] == [body, b"after"]
 
 
 @pytest.mark.parametrize("pending", [b"SEND\ndestination:/queue/a\n\n" + b"x" * 1000,  # in the buffer
@@ -465,3 +526,35 @@ def test_clear_drops_a_frame_in_progress_and_the_parser_starts_afresh(pending):
     parser.clear()
     assert parser.buffered == 0
     assert parser.frames(b"ACK\nid:1\n\n\0") == [Frame("ACK", {"id": "1"}, b"")]
+
+
+def test_a_chunk_that_begins_a_large_frame_puts_its_body_part_straight_into_the_bodys_buffer():
+    body = bytes(i % 239 for i in range(500_000))
+    wire = b"SEND\ndestination:/queue/a\ncontent-length:%d\n\n" % len(body) + body + b"\0"
+    parser = FrameParser()
+    parser.feed(memoryview(wire[:200_000]))  # the link's read buffer: not kept
+    assert len(parser._buf) == 0 and parser.large_body is not None  # the head parsed, not buffered
+    assert parser.next_frame() is None
+    parser.feed(wire[200_000:] + b"ACK\nid:1\n\n\0")
+    assert [f.body for f in iter(parser.next_frame, None)] == [body, b""]
+
+
+@pytest.mark.parametrize("chunk", [
+    b"SEND\ndestination:/queue/a\ncontent-length:9x\n\n" + b"x" * 70_000,  # an error: next_frame says it
+    b"SEND\ndestination:/queue/a\ncontent-length:99999999\n\n" + b"x" * 70_000,  # over max_frame_size
+    b"SEND\ndestination:/queue/a\nfoo:a\\tb\ncontent-length:80000\n\n" + b"x" * 70_000,  # bad escape
+    b"\n\nSEND\ncontent-length:80000\n\n" + b"x" * 70_000,  # heart-beats first
+    b"SEND\ncontent-length:10\n\n0123456789\0" + b"SEND\n\n" + b"x" * 70_000,  # a small frame first
+    b"SEND\ncontent-length:70000\n\n" + b"x" * 70_000 + b"\0",  # all of it
+])
+def test_a_large_chunk_the_head_shortcut_does_not_take_parses_as_before(chunk):
+    def outcome(feed):
+        parser = FrameParser()
+        feed(parser)
+        try:
+            return [(f.command, f.headers, bytes(f.body)) for f in iter(parser.next_frame, None)]
+        except StompError as exc:
+            return (type(exc), exc.message)
+
+    expected = outcome(lambda parser: [parser.feed(chunk[i : i + 100]) for i in range(0, len(chunk), 100)])
+    assert outcome(lambda parser: parser.feed(memoryview(chunk))) == expected
