@@ -47,6 +47,9 @@ WHOLE_HEAD_SCAN = 8192
 # bytes and the NUL): each chunk is copied into it where it belongs, or the socket reads into
 # it directly (body_window), and it becomes the frame's body as it is (no join, no slice).
 COLLECT_BODY = 64 * 1024
+# ... once an eighth of it has come: a head alone (a few hundred bytes) never makes the bridge
+# allocate its content-length, so what a client costs stays within 8 times what it sent.
+BODY_ARRIVED_SHIFT = 3
 _CONTENT_LENGTH = re.compile(r"[ \t]*([0-9]+)[ \t]*")
 _ESCAPE = re.compile(r"\\(.?)", re.DOTALL)
 # STOMP 1.1: \n \c \\ ; STOMP 1.2 adds \r. Anything else is a fatal protocol error.
@@ -189,7 +192,8 @@ class FrameParser:
             except StompError:
                 parsed = False
             length = self._length
-            if not parsed or length is None or length < COLLECT_BODY or len(view) - start > length:
+            if (not parsed or length is None or length < COLLECT_BODY or len(view) - start > length
+                    or len(view) - start < length >> BODY_ARRIVED_SHIFT):
                 self._buf = bytearray()  # as it was: the usual path reads the whole chunk
                 self._reset()
                 return False
@@ -462,7 +466,7 @@ class FrameParser:
         if self._length is not None:
             end = start + self._length
             if len(buf) <= end:
-                if self._length >= COLLECT_BODY:
+                if self._length >= COLLECT_BODY and len(buf) - start >= self._length >> BODY_ARRIVED_SHIFT:
                     # The body's own buffer, at its full size (bounded by max_frame_size, checked
                     # with the content-length): what is here of the body goes to its start; the
                     # head is done with.

@@ -463,9 +463,9 @@ def test_a_socket_reads_a_large_body_straight_into_its_window(read):
     head = b"SEND\ndestination:/queue/a\ncontent-length:%d\n\n" % len(body)
     parser = FrameParser()
     assert parser.body_window() is None  # no large body being received
-    parser.feed(head + body[:1000])
+    parser.feed(head + body[:25_000])  # an eighth of it: the body's buffer is made
     assert parser.next_frame() is None
-    rest = body[1000:] + b"\0"
+    rest = body[25_000:] + b"\0"
     windows = []
     while rest:
         window = parser.body_window()
@@ -482,6 +482,27 @@ def test_a_socket_reads_a_large_body_straight_into_its_window(read):
     assert len({id(obj) for obj in windows}) == 1  # one buffer, allocated once
     parser.feed(b"\nSEND\ndestination:/queue/b\n\nnext\0")
     assert [f.body for f in iter(parser.next_frame, None)] == [body, b"next"]
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_a_head_alone_never_makes_the_parser_allocate_its_content_length(split):
+    """A client that sends a head declaring 4 MiB, and a little of the body, costs what it sent
+    (the body's buffer comes once an eighth of it has): not 4 MiB per connection for a few
+    hundred bytes."""
+    length = 4 * 1024 * 1024 - 1000
+    head = b"SEND\ndestination:/queue/a\ncontent-length:%d\n\n" % length
+    parser = FrameParser()
+    sent = head + b"x" * (length // 8 - 1)
+    for part in ([sent[:100], sent[100:]] if split else [sent]):  # the head alone, then the rest
+        parser.feed(part)
+        assert parser.next_frame() is None
+        assert parser.large_body is None
+    assert parser.large_body is None and parser.buffered == len(sent)
+    parser.feed(b"x")  # the eighth: from here on the body goes to a buffer of its size
+    assert parser.next_frame() is None
+    assert parser.large_body is not None and len(parser.large_body) == length + 1
+    parser.feed(b"x" * (length - length // 8) + b"\0")
+    assert len(parser.next_frame().body) == length
 
 
 def test_the_body_window_path_gives_the_same_frame_and_checks_the_nul():
