@@ -185,7 +185,7 @@ def print_idle(r: dict, target: str = "bridge") -> None:
           f"(expected at least {r['heartbeats_expected_min']})")
     late = r["heartbeat_late_ms"]
     if late:
-        print(f"  heart-beat lateness over {r['heartbeat_gaps']} gaps (gap - interval): "
+        print(f"  heart-beat lateness over {r['heartbeat_gaps']} gaps (gap - interval / 2): "
               + ", ".join(f"{k} {v:.0f} ms" for k, v in late.items())
               + f"; client loop lag max {r['client_loop_lag_ms_max']:.0f} ms")
     ramp = r.get("heartbeat_late_while_opening_ms")
