@@ -35,7 +35,7 @@ from stomp_bridge.protocol import headers as hdr
 from stomp_bridge.protocol.connect import SUPPORTED_VERSIONS
 from stomp_bridge.protocol.errors import AccessRefused, FrameRejected, StompError
 from stomp_bridge.protocol.frames import (
-    END, END_LF, VECTORED_BODY, Frame, joined, receipt_frame, serialize,
+    END, END_LF, VECTORED_BODY, Frame, encode_frame, joined, receipt_frame,
 )
 from stomp_bridge.protocol.parser import FrameParser, Limits
 
@@ -216,11 +216,15 @@ class Context:
         write it as it is: ``frames.flatten``)."""
         if self.trace is not None:
             self.trace("out", frame)
+        return self.encode_parts(frame.command, frame.headers, frame.body, vectored)
+
+    def encode_parts(self, command: str, headers: dict[str, str], body: bytes, vectored: bool = False) -> bytes:
+        """``encode`` of a frame not made into a Frame and not traced (a MESSAGE per delivery)."""
         version = self.version
         try:
-            return serialize(frame, "1.2" if version == "1.0" else version, self.eol, vectored)
+            return encode_frame(command, headers, body, "1.2" if version == "1.0" else version, self.eol, vectored)
         except ValueError:  # a raw CR that 1.1 cannot escape
-            return serialize(frame, "1.2", self.eol, vectored)
+            return encode_frame(command, headers, body, "1.2", self.eol, vectored)
 
     def deliver(self, headers: dict[str, str], body: bytes, sub: Subscription | None = None) -> None:
         """One MESSAGE, held with ``sub``'s until its SUBSCRIBE's RECEIPT is out."""

@@ -21,7 +21,7 @@ from stomp_bridge.core.plans import Ack
 from stomp_bridge.core.state import TRANSITIONS, UNKNOWN, action
 from stomp_bridge.protocol import headers as hdr
 from stomp_bridge.protocol.errors import BrokerError, FrameRejected, StompError, token_expired, tp
-from stomp_bridge.protocol.frames import VECTORED_BODY, Frame, encode_frame
+from stomp_bridge.protocol.frames import VECTORED_BODY, Frame
 
 
 def not_connected(core: Context, frame: Frame) -> Steps:
@@ -138,13 +138,8 @@ class StompCore(Context):
         counters.messages_delivered += 1
         counters.frames_out["MESSAGE"] += 1
         vectored = len(body) >= VECTORED_BODY  # (head, body, end): see frames.flatten
-        if self.trace is None:  # encode(), without the Frame: per delivery
-            version = self.version
-            try:
-                data = encode_frame("MESSAGE", headers, body, "1.2" if version == "1.0" else version, self.eol,
-                                    vectored)
-            except ValueError:  # a raw CR that 1.1 cannot escape
-                data = encode_frame("MESSAGE", headers, body, "1.2", self.eol, vectored)
+        if self.trace is None:  # no Frame made: per delivery
+            data = self.encode_parts("MESSAGE", headers, body, vectored)
         else:
             data = self.encode(Frame("MESSAGE", headers, body), vectored)
         if sub.held is not None:
