@@ -192,16 +192,25 @@ class FrameParser:
             except StompError:
                 parsed = False
             length = self._length
-            if (not parsed or length is None or length < COLLECT_BODY or len(view) - start > length
-                    or len(view) - start < length >> BODY_ARRIVED_SHIFT):
-                self._buf = bytearray()  # as it was: the usual path reads the whole chunk
-                self._reset()
-                return False
-            body = self.large_body = bytearray(length + 1)
-            body[: len(view) - start] = view[start:]
-            self._collected = len(view) - start
-            del self._buf[:]
-            return True
+            if parsed and length is not None and len(view) - start <= length and self._begin_large_body(view, start):
+                del self._buf[:]
+                return True
+            self._buf = bytearray()  # as it was: the usual path reads the whole chunk
+            self._reset()
+            return False
+
+    def _begin_large_body(self, view: memoryview, start: int) -> bool:
+        """The body that begins at ``start`` of ``view``, if it is a large one and an eighth of it
+        is here: its own buffer, at its full size (bounded by max_frame_size, checked with the
+        content-length), what is here of it at its start; True then (the head is done with)."""
+        length = self._length
+        arrived = len(view) - start
+        if length is None or length < COLLECT_BODY or arrived < length >> BODY_ARRIVED_SHIFT:
+            return False
+        body = self.large_body = bytearray(length + 1)
+        body[:arrived] = view[start:]
+        self._collected = arrived
+        return True
 
     def body_window(self) -> memoryview | None:
         """Where the rest of a large body goes (its bytes still due and its NUL), for a socket
@@ -466,15 +475,11 @@ class FrameParser:
         if self._length is not None:
             end = start + self._length
             if len(buf) <= end:
-                if self._length >= COLLECT_BODY and len(buf) - start >= self._length >> BODY_ARRIVED_SHIFT:
-                    # The body's own buffer, at its full size (bounded by max_frame_size, checked
-                    # with the content-length): what is here of the body goes to its start; the
-                    # head is done with.
-                    body = self.large_body = bytearray(self._length + 1)
+                if self._length >= COLLECT_BODY:
                     with memoryview(buf) as view:
-                        body[: len(buf) - start] = view[start:]
-                    self._collected = len(buf) - start
-                    del buf[:]
+                        begun = self._begin_large_body(view, start)
+                    if begun:
+                        del buf[:]
                 return None
             if buf[end] != 0:
                 raise ProtocolError(
