@@ -61,6 +61,10 @@ class Harness:
         self.step = 0  # which client frame or event the test is at (publishes are marked with it)
         self.published: dict[int, tuple[Any, int]] = {}  # publish number -> (Publish, step)
         self.parser = FrameParser(Limits(max_frame_size=1 << 30, max_headers=10_000, max_header_length=1 << 20))
+        # Consumer tags consuming now on the session's channel, as RabbitMQ keeps them: a Consume
+        # of one of these is what RabbitMQ answers by closing the whole connection (530), so
+        # every test fails on it.
+        self.consuming: set[str] = set()
 
     def _closed(self) -> None:
         self.closes += 1
@@ -116,6 +120,8 @@ class Harness:
         self.pump()
 
     def cancel(self, tag: str) -> None:
+        """RabbitMQ cancelled consumer ``tag`` (its queue went, say)."""
+        self.consuming.discard(tag)
         self.core.cancelled(tag)
         self.pump()
 
@@ -188,6 +194,12 @@ class Harness:
             if kind is p.Sleep:
                 self.sleeping.append((self.now + plan.seconds, job))
                 return
+            if kind is p.Consume:
+                assert plan.consumer_tag not in self.consuming, (
+                    f"consumer tag {plan.consumer_tag!r} is consuming already: RabbitMQ closes the connection (530)")
+                self.consuming.add(plan.consumer_tag)
+            elif kind is p.Cancel:
+                self.consuming.discard(plan.consumer_tag)
             if kind is p.Settled:  # resumed by pump() once RabbitMQ's verdict is in
                 self.core.when_settled(plan.seq, lambda ok, job=job: self.ready.append((job, ok)))
                 return

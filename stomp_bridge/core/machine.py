@@ -214,7 +214,7 @@ class StompCore(Context):
         """RabbitMQ cancelled a consumer: see ``subscribe.server_cancelled``."""
         sub = self.subscriptions.get(consumer_tag)
         if sub is not None and self.state is not CLOSED:
-            subscribe.server_cancelled(self, sub)
+            subscribe.server_cancelled(self, sub, consumer_tag)
 
     def amqp_closed(self, error: StompError) -> None:
         """The channel or its connection closed under the session."""

@@ -265,16 +265,23 @@ def grow(core: Context, sub: Subscription) -> Steps:
         sub.growing = False
 
 
-def server_cancelled(core: Context, sub: Subscription) -> None:
+def server_cancelled(core: Context, sub: Subscription, consumer_tag: str) -> None:
     """RabbitMQ cancelled a consumer (its queue was deleted, a quorum queue's consumer timeout, a
     node went down): the plugin's ERROR, the connection and its other subscriptions carry on;
     or, with resubscribe_on_cancel, the bridge subscribes again once the queue is there, and
-    the ERROR comes only if it is not there by resubscribe_timeout."""
-    for tag in (sub.consumer_tag, *sub.extra_tags):
-        core.subscriptions.pop(tag, None)
+    the ERROR comes only if it is not there by resubscribe_timeout.
+
+    Only ``consumer_tag``'s consumer is gone: the subscription's others (a composite's other
+    parts, its windows) still consume until the resubscribe cancels them, so that it can use
+    their tags again (a tag still consuming would be a connection error, 530)."""
+    core.subscriptions.pop(consumer_tag, None)
     if sub.again is not None:
-        core.spawn(resubscribe(core, sub))
+        if not sub.resubscribing:  # one resubscribe at a time: two would consume each tag twice
+            sub.resubscribing = True
+            core.spawn(resubscribe(core, sub, consumer_tag))
     else:
+        for tag in (sub.consumer_tag, *sub.extra_tags):
+            core.subscriptions.pop(tag, None)
         cancelled_error(core, sub.consumer_tag)
 
 
@@ -298,12 +305,25 @@ def retry_delay(now: float, deadline: float, delay: float) -> float | None:
     return min(delay, deadline - now)
 
 
-def resubscribe(core: Context, sub: Subscription) -> Steps:
+def resubscribe(core: Context, sub: Subscription, cancelled: str) -> Steps:
     """Subscribe ``sub`` again as its SUBSCRIBE did (a /queue/ is declared again), once every
     queue it reads from exists; asked again after 0.5 s, doubling up to 30 s, and a last time at
-    resubscribe_timeout, then the plugin's ERROR."""
+    resubscribe_timeout, then the plugin's ERROR. Its consumers RabbitMQ did not cancel are
+    cancelled first (``server_cancelled``)."""
+    assert sub.again is not None
+    try:
+        yield from _resubscribe(core, sub, cancelled)
+    finally:
+        sub.resubscribing = False
+
+
+def _resubscribe(core: Context, sub: Subscription, cancelled: str) -> Steps:
     assert sub.again is not None
     targets, headers, prefetch = sub.again
+    for tag in (sub.consumer_tag, *sub.extra_tags):
+        if tag != cancelled and core.subscriptions.get(tag) is sub:
+            yield Cancel(tag)  # RabbitMQ answers cancel-ok for a tag it cancelled meanwhile
+            core.subscriptions.pop(tag, None)
     deadline = core.clock() + core.rules.resubscribe_timeout
     delay = RESUBSCRIBE_FIRST_DELAY
     while not core.closed:

@@ -8,16 +8,23 @@ subscription's own id and ACKs work unchanged.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from stomp_bridge.protocol import destinations as dest
+from stomp_bridge.protocol import headers as hdr
 
-# "@@" never appears in a usable subscription id (it separates the parts of a message-id), so
-# these extra consumer tags cannot collide with a client's own.
-WINDOW_TAG_SEPARATOR = "@@window"
-COMPOSITE_TAG_SEPARATOR = "@@part"
+# The bridge's own consumer tags (a composite destination's later parts, a windowed
+# subscription's extra windows) start with a letter that no client's tag starts with: every
+# client tag is "T_<id>" or "Q_<destination>" (``headers.subscribe_consumer_tag``). RabbitMQ
+# answers a consumer tag used twice on a channel with a connection error (530 NOT_ALLOWED),
+# which would end every session sharing the connection, so no client id may produce one.
+WINDOW_TAG_KIND = "W"
+COMPOSITE_TAG_KIND = "P"
+CLIENT_TAG_PREFIXES = (hdr.INTERNAL_TAG_PREFIX, hdr.QUEUE_TAG_PREFIX)
+MAX_TAG_BYTES = 255  # a consumer tag is an AMQP short string
 
 
 @dataclass(slots=True)
@@ -45,6 +52,7 @@ class Subscription:
     # resubscribe_on_cancel: what SUBSCRIBE asked for, to ask again when RabbitMQ cancels
     # (the destinations, SUBSCRIBE's headers, the prefetch); None otherwise.
     again: tuple[list[dest.Destination], dict[str, str], int] | None = None
+    resubscribing: bool = False  # a resubscribe runs (``subscribe.resubscribe``)
     # A named stream subscription's offsets (``core/resume.py``); None for every other one.
     position: StreamPosition | None = None
 
@@ -55,12 +63,23 @@ class Subscription:
 
 def part_tag(consumer_tag: str, index: int) -> str:
     """The consumer tag of part ``index`` of a composite destination (part 0: the subscription's)."""
-    return consumer_tag if index == 0 else f"{consumer_tag}{COMPOSITE_TAG_SEPARATOR}{index}"
+    return consumer_tag if index == 0 else bridge_tag(COMPOSITE_TAG_KIND, index, consumer_tag)
 
 
 def window_tag(consumer_tag: str, number: int) -> str:
     """The consumer tag of a windowed subscription's window ``number`` (1 for the first extra)."""
-    return f"{consumer_tag}{WINDOW_TAG_SEPARATOR}{number}"
+    return bridge_tag(WINDOW_TAG_KIND, number, consumer_tag)
+
+
+def bridge_tag(kind: str, number: int, consumer_tag: str) -> str:
+    """``<kind><number>_<the subscription's tag>``: distinct from every client tag (another first
+    letter) and from each other (kind, number and the whole tag, read up to the first "_"). A tag
+    that would not fit a short string has the subscription's tag hashed instead (``#`` marks it)."""
+    tag = f"{kind}{number}_{consumer_tag}"
+    if len(tag.encode("utf-8")) <= MAX_TAG_BYTES:
+        return tag
+    digest = hashlib.sha256(consumer_tag.encode("utf-8")).hexdigest()
+    return f"{kind}{number}#{digest}"
 
 
 @dataclass(slots=True)

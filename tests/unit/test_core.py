@@ -364,7 +364,7 @@ def test_unsubscribe_cancels_every_consumer_of_the_subscription():
     h = connected()
     h.frame("SUBSCRIBE", {"destination": "/queue/a,/queue/b", "id": "s"})
     h.frame("UNSUBSCRIBE", {"id": "s", "receipt": "r"})
-    assert [plan.consumer_tag for plan in h.of(p.Cancel)] == ["T_s", "T_s@@part1"]
+    assert [plan.consumer_tag for plan in h.of(p.Cancel)] == ["T_s", "P1_T_s"]
     assert h.core.subscriptions == {} and h.commands() == ["RECEIPT"]
 
 
@@ -436,7 +436,7 @@ def test_a_full_window_adds_one_consumer_once():
     for tag in (1, 2, 3):
         h.deliver("T_s", tag)
     consumes = h.of(p.Consume)
-    assert [c.consumer_tag for c in consumes] == ["T_s", "T_s@@window1"]
+    assert [c.consumer_tag for c in consumes] == ["T_s", "W1_T_s"]
     assert consumes[1].prefetch == 2
 
 
@@ -496,6 +496,28 @@ def test_resubscribe_gives_up_with_the_plugins_error_at_the_deadline_not_before(
     [error] = h.frames()
     assert error.headers["message"] == "Server cancelled subscription"
     assert h.now - start >= 3.0
+
+
+def test_resubscribe_after_one_parts_cancel_cancels_the_others_before_consuming_again():
+    """A composite subscription whose one part's queue went: the other parts still consume, so
+    resubscribing must cancel them first (the harness fails on a Consume of a live tag: 530)."""
+    h = connected(resubscribe_on_cancel=True)
+    h.frame("SUBSCRIBE", {"destination": "/amq/queue/a,/amq/queue/b", "id": "s"})
+    h.cancel("P1_T_s")
+    assert [c.consumer_tag for c in h.of(p.Cancel)] == ["T_s"]
+    assert [c.consumer_tag for c in h.of(p.Consume)] == ["T_s", "P1_T_s", "T_s", "P1_T_s"]
+    assert h.frames() == [] and set(h.core.subscriptions) == {"T_s", "P1_T_s"}
+
+
+def test_two_cancels_of_one_subscription_make_one_resubscribe():
+    h = connected(resubscribe_on_cancel=True)
+    h.frame("SUBSCRIBE", {"destination": "/amq/queue/a,/amq/queue/b", "id": "s"})
+    h.pause.add(p.Cancel)
+    h.cancel("P1_T_s")  # the resubscribe cancels T_s ...
+    h.cancel("T_s")  # ... which RabbitMQ cancels meanwhile too
+    h.pause.clear()
+    h.resume()
+    assert [c.consumer_tag for c in h.of(p.Consume)] == ["T_s", "P1_T_s", "T_s", "P1_T_s"]
 
 
 def test_resubscribe_with_the_default_timeout_asks_until_60_s():
