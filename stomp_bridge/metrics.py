@@ -37,7 +37,8 @@ OTHER = "other"
 # The ERROR ``message`` headers the bridge writes (tests/unit/test_metrics.py finds every one in
 # the source and fails on a new one missing here)...
 BRIDGE_ERRORS = frozenset({
-    "Bad CONNECT", "Bad command", "Bad transaction", "Broker connection lost", "Broker unavailable",
+    "AMQP channel died", "Bad CONNECT", "Bad command", "Bad transaction", "Broker connection lost",
+    "Broker unavailable",
     "Browsing needs a queue", "Connect timeout", "Credential expired", "Duplicated subscription identifier",
     "Frame too large", "Header too long", "Heart-beat timeout", "Idle timeout", "Illegal command",
     "Invalid PROXY protocol header", "Invalid WebSocket frame", "Invalid command",

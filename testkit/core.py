@@ -21,7 +21,7 @@ from stomp_bridge.protocol.errors import BrokerError, StompError
 from stomp_bridge.protocol.frames import Frame, joined
 from stomp_bridge.protocol.parser import FrameParser, Limits
 
-BROKER_VERSION = "4.3.6"
+
 
 
 def refusal(text: str = "NOT_FOUND - no queue 'q' in vhost '/'") -> BrokerError:
@@ -32,9 +32,11 @@ def refusal(text: str = "NOT_FOUND - no queue 'q' in vhost '/'") -> BrokerError:
 class Harness:
     """One STOMP connection's core and a fake RabbitMQ behind it."""
 
-    def __init__(self, rules: Rules | None = None, *, peer: str | None = "127.0.0.1", **changes: Any) -> None:
+    def __init__(self, rules: Rules | None = None, *, peer: str | None = "127.0.0.1",
+                 broker: tuple[int, ...] = (4, 3, 6), **changes: Any) -> None:
         if rules is None:
             rules = Rules(**changes)
+        self.broker = broker  # the RabbitMQ version the login reports (its Dialect)
         self.now = 1000.0  # both clocks, in seconds
         self.counters = Counters()
         self.core = StompCore(
@@ -55,6 +57,7 @@ class Harness:
         self.gets: dict[str, list[tuple]] = {}  # what basic.get finds, by queue
         self.peeks: dict[str, tuple[dict, bytes]] = {}  # retained messages, by retained queue
         self.missing: set[str] = set()  # queues QueueExists says are gone
+        self.streams: set[str] = set()  # queues IsStream says are streams
         self.unread: deque[tuple[Frame, int]] = deque()  # frames sent while an earlier one's job waits
         self.reading: Job | None = None  # that job
         self.reading_step: int | None = None  # the step its frame came at
@@ -218,7 +221,7 @@ class Harness:
         if kind is p.ResolveSecurity:
             return None, None
         if kind is p.OpenAmqp:
-            return p.Opened(plan.vhost, BROKER_VERSION, Dialect((4, 3, 6)), self.frame_max)
+            return p.Opened(plan.vhost, ".".join(map(str, self.broker)), Dialect(self.broker), self.frame_max)
         if kind is p.Get:
             found = self.gets.get(plan.queue)
             return found.pop(0) if found else None
@@ -226,6 +229,8 @@ class Harness:
             return self.peeks.get(plan.queue)
         if kind is p.QueueExists:
             return plan.queue not in self.missing
+        if kind is p.IsStream:
+            return plan.queue in self.streams
         if kind is p.Disconnect:
             return None
         return None

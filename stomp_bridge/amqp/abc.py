@@ -115,7 +115,11 @@ class SessionChannel(Protocol):
     async def cancel(self, consumer_tag: str) -> None: ...
 
     async def get(self, queue: str) -> Delivery | None:
-        """basic.get without auto-ack; None when the queue is empty."""
+        """basic.get without auto-ack (a browse; where a stream's refusal costs only this
+        session); None when the queue is empty."""
+
+    async def end_browse(self) -> None:
+        """Hand back what ``get`` took (requeued)."""
 
     async def peek(self, queue: str) -> tuple[dict[str, Any], bytes] | None:
         """The first message of ``queue`` left in place (properties, body); None if empty or missing."""
@@ -125,6 +129,10 @@ class SessionChannel(Protocol):
         be closed by the error that made the queue useless)."""
 
     async def queue_exists(self, queue: str) -> bool: ...
+
+    async def is_stream(self, queue: str) -> bool:
+        """Whether ``queue`` is a stream, asked on a side channel in a way that costs no connection
+        (``sidechannel.is_stream``); RabbitMQ's refusal (a missing queue …) raised as its ERROR."""
 
     async def update_secret(self, secret: str) -> None:
         """connection.update-secret (a new OAuth 2 token) on the session's connections."""

@@ -49,6 +49,7 @@ from stomp_bridge.amqp.autoacker import AutoAcker
 from stomp_bridge.amqp.codec import encode_ack, encode_nack, publish_frames
 from stomp_bridge.amqp.delivery import Delivery
 from stomp_bridge.amqp.errors import broker_error
+from stomp_bridge.amqp.handshake import Handshake
 from stomp_bridge.amqp.lean import GetResult, LeanChannel
 from stomp_bridge.amqp.pool import AmqpPool, SharedConnection, closing_reason
 from stomp_bridge.amqp.writer import ChannelWriter
@@ -66,7 +67,7 @@ class AmqpSession:
     __slots__ = (
         "pool", "shared", "channel", "broker_version_text", "dialect", "frame_max", "publish_seq",
         "_main", "_out", "_number", "_credentials", "_separate", "_opening_publisher", "_events", "_closing",
-        "_prefetch", "_auto", "_acker", "_rpcs", "_lost", "_consuming",
+        "_prefetch", "_auto", "_acker", "_rpcs", "_lost", "_consuming", "_browser", "_browsed",
     )
 
     def __init__(
@@ -92,6 +93,8 @@ class AmqpSession:
         self._lost: BaseException | None = None  # a close that an RPC in flight will report
         self._prefetch = 0  # the per-consumer prefetch the channel applies to new consumers
         self._consuming: asyncio.Lock | None = None  # a qos and its consume, one pair at a time (made with the first)
+        self._browser: Handshake | None = None  # a browse's connection of its own (``get``)
+        self._browsed: list[int] = []  # the delivery tags a browse got (on the browser, or on this channel)
         self._main = self._out = ChannelWriter(shared, channel)
         self.frame_max = self._main.frame_max
         self._auto = AutoAck(pool.auto_ack_window)  # the ack:auto consumers, acked by the bridge
@@ -407,14 +410,18 @@ class AmqpSession:
         """Consume with ``prefetch`` (0: unlimited); an ack:auto (``no_ack``) consumer is acked
         by the bridge within ``auto_ack_window`` instead.
 
-        Except on a stream (``x-stream-…`` arguments): RabbitMQ refuses ack:auto
-        there, and the client must get that refusal as from the plugin (unless
-        ``stream_auto``: a named stream subscription, acked by the bridge all the same). RabbitMQ's
+        Except for a consume meant for a stream (``x-stream-…`` arguments) with no prefetch:
+        RabbitMQ refuses that on a stream with a channel error, which the client must get as
+        from the plugin (unless ``stream_auto``: a named stream subscription, acked by the bridge
+        all the same). With a prefetch, a stream refuses an auto-ack consume with a connection
+        error, which would end every session on the shared connection: the core refuses that
+        one before (``core/streams.py``), and the consume takes manual acks. RabbitMQ's
         per-consumer qos applies to the consumers created after it, so qos and consume go
         together, one pair at a time (a session may add a consumer while it handles a frame).
         """
         self._check_exclusive(queue)
-        bridge_acks = no_ack and (stream_auto or not (arguments and any(k.startswith("x-stream-") for k in arguments)))
+        bridge_acks = no_ack and (stream_auto or prefetch > 0 or not (
+            arguments and any(k.startswith("x-stream-") for k in arguments)))
         consuming = self._consuming
         if consuming is None:
             consuming = self._consuming = asyncio.Lock()
@@ -441,13 +448,66 @@ class AmqpSession:
 
     async def get(self, queue: str) -> Delivery | None:
         """basic.get without auto-ack (browsing), or None when the queue is empty; the
-        delivery's consumer tag is empty."""
+        delivery's consumer tag is empty. Until :meth:`end_browse` hands them all back.
+
+        A stream refuses basic.get with a connection error, so the gets go on a connection of
+        the login's own, opened at the first (``connect.open_apart``): RabbitMQ's refusal
+        reaches only this session. On this channel only where that cannot be (no such
+        connection in tests, or RabbitMQ refused to open one, at the user's connection limit:
+        then a queue that is a stream is refused without a basic.get, ``sidechannel.is_stream``);
+        or for a queue exclusive to this session, which no stream is and no other connection
+        may read."""
         self._check_exclusive(queue)
-        self._auto.individual = True  # a multiple ack of our own would take the browsed messages
-        message = await self._rpc(self.channel.basic_get, queue, no_ack=False)
-        if not isinstance(message, GetResult):
+        if self._browser is None and self.shared.exclusive.get(queue) != self._number:
+            self._browser = await self._open_browser()
+        browser = self._browser
+        if browser is None:
+            if self.shared.exclusive.get(queue) != self._number and await self.is_stream(queue):
+                raise BrokerError("not_implemented", "NOT_IMPLEMENTED - basic.get not supported by stream queue")
+            self._auto.individual = True  # a multiple ack of our own would take the browsed messages
+            message = await self._rpc(self.channel.basic_get, queue, no_ack=False)
+            if not isinstance(message, GetResult):
+                return None
+            got = _got(message)
+        else:
+            try:
+                found = await asyncio.wait_for(browser.get(queue), self._credentials[6])  # type: ignore[index]
+            except StompError:
+                raise
+            except (OSError, EOFError, asyncio.TimeoutError) as exc:
+                raise broker_error(exc) from exc
+            if found is None:
+                return None
+            got = Delivery("", *found)
+        self._browsed.append(got.delivery_tag)
+        return got
+
+    async def _open_browser(self) -> Handshake | None:
+        apart = self.pool.apart
+        if apart is None or self._credentials is None:
             return None
-        return _got(message)
+        await self.flush()  # what the session sent before (a SEND to the queue …) reaches RabbitMQ first
+        login, passcode, vhost, client_name, context, external, _ = self._credentials
+        try:
+            return await apart(login, passcode, vhost, f"{client_name} browse", context=context, external=external,
+                               near=self.shared.node)
+        except AccessRefused as exc:
+            log.info("browsing on the session's channel: RabbitMQ opened no connection for it",
+                     extra={"reason": exc.private or exc.detail})
+            return None
+
+    async def end_browse(self) -> None:
+        """Hand back every message the browse got, in order (requeued: flagged redelivered)."""
+        browser, self._browser = self._browser, None
+        got, self._browsed = self._browsed, []
+        if browser is not None:
+            if got:
+                browser.nack_all(got[-1])
+            await browser.finish("browsed")
+        elif got:
+            for tag in got:  # one by one: the channel may hold the client's own deliveries too
+                self.nack(tag, False, True)
+            await self.flush()
 
     async def peek(self, queue: str) -> tuple[dict[str, Any], bytes] | None:
         """The first message of ``queue`` left in place, or None if it is empty or missing (on a
@@ -465,6 +525,11 @@ class AmqpSession:
     async def queue_exists(self, queue: str) -> bool:
         """Whether ``queue`` exists now (a passive declare, on a side channel)."""
         return await sidechannel.queue_exists(self.shared, queue)
+
+    async def is_stream(self, queue: str) -> bool:
+        self._check_exclusive(queue)
+        await self.flush()  # in the session's order: a declare it sent before comes first
+        return await sidechannel.is_stream(self.shared, queue)
 
     async def update_secret(self, secret: str) -> None:
         """A new secret (an OAuth 2 token) for this session's AMQP connection
@@ -492,6 +557,9 @@ class AmqpSession:
             return
         self._closing = self._acker.stopped = True
         shared = self.shared
+        browser, self._browser = self._browser, None
+        if browser is not None:  # what a browse got goes back with its connection
+            await browser.finish("session closed")
         try:
             await self.flush()
             await self._acker.close()

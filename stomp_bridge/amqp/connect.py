@@ -72,7 +72,10 @@ def make_pool(endpoints: Endpoints, *, heartbeat: int = 60, timeout: float = 10.
     ) -> spec.Queue.DeclareOk:
         return await declare_apart(endpoints, login, passcode, vhost, client_name, timeout, method, **options)
 
-    return AmqpPool(opener, checker, declarer=declarer, **options)
+    async def apart(login: str, passcode: str, vhost: str, client_name: str, **options: Any) -> Handshake:
+        return await open_apart(endpoints, login, passcode, vhost, client_name, timeout, **options)
+
+    return AmqpPool(opener, checker, declarer=declarer, apart=apart, **options)
 
 
 # RabbitMQ reads at most this much of a frame before a client has logged in (FRAME_MIN_SIZE:
@@ -141,6 +144,30 @@ async def declare_apart(
         lambda url: asyncio.wait_for(
             _handshake(url, login, passcode, vhost, client_name, context, external, method), timeout),
         near,
+    )
+
+
+async def open_apart(
+    endpoints: Endpoints, login: str, passcode: str, vhost: str, client_name: str, timeout: float,
+    context: ssl.SSLContext | None = None, external: bool = False, near: tuple[str, int] | None = None,
+) -> Handshake:
+    """A connection of the login's own, logged in, with channel 1 open (the node at ``near``
+    first): for what RabbitMQ may answer with a connection error, which must not close a
+    connection other sessions share (a browse's basic.get: a stream refuses it so). The caller
+    closes it with :meth:`Handshake.finish`. Raises RabbitMQ's refusal."""
+    async def attempt(url: str) -> Handshake:
+        handshake = await Handshake.connect(url, context)
+        try:
+            start = await handshake.start()
+            await handshake.login(start, login, passcode, vhost, client_name, external)
+            await handshake.open_channel()
+        except BaseException:
+            handshake.abort()
+            raise
+        return handshake
+
+    return await _first_node(
+        endpoints, login, passcode, client_name, external, lambda url: asyncio.wait_for(attempt(url), timeout), near,
     )
 
 

@@ -7,7 +7,8 @@ connection.start, the broker's first word, which needs no credentials) and the l
 connection.open-ok, then closes). Both take the steps of one :class:`Handshake`, and so does
 the one declare that may close a whole connection (``connect.declare_apart``: a transient
 non-exclusive queue, which RabbitMQ refuses with a connection error where
-``transient_nonexcl_queues`` is denied). The
+``transient_nonexcl_queues`` is denied), and a browse's ``basic.get``s (which a stream refuses
+with a connection error: :meth:`Handshake.get`). The
 connections that sessions keep are aiormq's (``connect.py``; the measurement behind that
 choice is in docs/development.md).
 """
@@ -24,6 +25,7 @@ import pamqp.frame
 import pamqp.header
 from pamqp import commands as spec
 
+from stomp_bridge.amqp.codec import decode_content_header
 from stomp_bridge.amqp.errors import reply_error
 from stomp_bridge.protocol.errors import AccessRefused, BrokerError
 
@@ -125,15 +127,45 @@ class Handshake:
         """``method`` on a channel of its own (1), after a login: RabbitMQ's declare-ok, or its
         refusal raised as the plugin's ERROR, whether it closed the channel or the connection
         (then answered with close-ok: :meth:`close` is not called)."""
+        await self.open_channel()
+        self._send(method, 1)
+        return self._expect(await self._receive(), spec.Queue.DeclareOk)
+
+    async def open_channel(self) -> None:
+        """channel.open of channel 1, after a login (RabbitMQ's refusal raised as its ERROR)."""
         self._send(spec.Channel.Open(), 1)
-        answer = await self._receive()
-        if isinstance(answer, spec.Channel.OpenOk):
-            self._send(method, 1)
-            answer = await self._receive()
-            if isinstance(answer, spec.Queue.DeclareOk):
-                return answer
+        self._expect(await self._receive(), spec.Channel.OpenOk)
+
+    async def get(self, queue: str) -> tuple[int, bool, str, str, dict[str, Any], bytes] | None:
+        """basic.get without auto-ack on channel 1: (delivery tag, redelivered, exchange, routing
+        key, properties as ``codec.decode_content_header`` gives them, body), or None when the
+        queue is empty. RabbitMQ's refusal (a channel or connection close) raised as its ERROR."""
+        self._send(spec.Basic.Get(queue=queue, no_ack=False), 1)
+        answer = self._expect(await self._receive(), spec.Basic.GetOk, spec.Basic.GetEmpty)
+        if isinstance(answer, spec.Basic.GetEmpty):
+            return None
+        size, properties = decode_content_header(await self._payload())
+        parts = []
+        while size > 0:
+            part = await self._payload()
+            parts.append(part)
+            size -= len(part)
+        return (answer.delivery_tag, bool(answer.redelivered), answer.exchange or "", answer.routing_key or "",
+                properties, b"".join(parts))
+
+    def nack_all(self, delivery_tag: int) -> None:
+        """Hand back every message got on channel 1 up to ``delivery_tag`` (requeued, in order)."""
+        self._send(spec.Basic.Nack(delivery_tag=delivery_tag, multiple=True, requeue=True), 1)
+
+    def _expect(self, answer: Any, *expected: type) -> Any:
+        """``answer`` if it is one of ``expected``; else RabbitMQ's close, answered (close-ok),
+        raised as the plugin's ERROR (after a connection's close, :meth:`close` is not called)."""
+        if isinstance(answer, expected):
+            return answer
         if isinstance(answer, spec.Connection.Close):
             self._send(spec.Connection.CloseOk())
+        elif isinstance(answer, spec.Channel.Close):
+            self._send(spec.Channel.CloseOk(), 1)
         text = getattr(answer, "reply_text", "") or f"RabbitMQ answered {type(answer).__name__}"
         raise reply_error(text) or BrokerError("Processing error", text)
 
@@ -141,6 +173,16 @@ class Handshake:
         """connection.close and RabbitMQ's close-ok, after a login."""
         self._send(spec.Connection.Close(reply_code=200, reply_text=reason, class_id=0, method_id=0))
         await self._receive()
+
+    async def finish(self, reason: str, timeout: float = 5.0) -> None:
+        """:meth:`close` (RabbitMQ requeues what the channel still holds) if RabbitMQ still
+        listens, then hang up; never raises."""
+        try:
+            await asyncio.wait_for(self.close(reason), timeout)
+        except Exception:  # noqa: BLE001 - closed already (a connection error), or RabbitMQ is gone
+            pass
+        finally:
+            self.abort()
 
     def abort(self) -> None:
         """Hang up (after close, or at any step before it)."""
@@ -157,13 +199,21 @@ class Handshake:
 
     async def _receive(self) -> Any:
         """The next frame (a method: no heart-beats were agreed, and one channel at most is open)."""
+        _, _, frame = pamqp.frame.unmarshal(await self._frame())
+        return frame
+
+    async def _payload(self) -> bytes:
+        """The next frame's payload (a content header's or body's, after a get-ok)."""
+        return (await self._frame())[_FRAME.size:-1]
+
+    async def _frame(self) -> bytes:
         received = self.received
         while True:
             if len(received) >= _FRAME.size:
                 size = _FRAME.unpack_from(received)[2] + _FRAME.size + 1
                 if len(received) >= size:
-                    _, _, frame = pamqp.frame.unmarshal(bytes(received[:size]))
+                    frame = bytes(received[:size])
                     del received[:size]
                     return frame
             if not await self._read():
-                raise ConnectionError("RabbitMQ closed the connection during the login")
+                raise ConnectionError("RabbitMQ closed the connection")

@@ -143,13 +143,17 @@ Opener = Callable[..., Any]  # async (login, passcode, vhost, client_name) -> (a
 Checker = Callable[..., Any]  # async (login, passcode, vhost, client_name): raises RabbitMQ's refusal
 # async (login, passcode, vhost, client_name, queue.declare, context=, external=, near=) -> declare-ok
 Declarer = Callable[..., Any]
+# async (login, passcode, vhost, client_name, context=, external=, near=) -> a logged-in
+# handshake.Handshake with channel 1 open: a connection of the login's own (connect.open_apart)
+Apart = Callable[..., Any]
 
 
 class AmqpPool:
     """Shared connections by (user, passcode digest, vhost); any node of ``amqp_url`` serves."""
 
     def __init__(
-        self, opener: Opener, checker: Checker, *, declarer: Declarer | None = None, channels_per_connection: int = 64,
+        self, opener: Opener, checker: Checker, *, declarer: Declarer | None = None, apart: Apart | None = None,
+        channels_per_connection: int = 64,
         min_connections: int = 1, reuse_seconds: float = 300.0, auto_ack_window: int = 500,
         login_cache_seconds: float = 0.0, separate_publishers: bool = True, linger_seconds: float = 10.0,
         clock: Callable[[], float] = monotonic,
@@ -158,6 +162,7 @@ class AmqpPool:
         self._opener = opener
         self._checker = checker
         self.declarer = declarer  # None (tests): every declare goes on the session's channel
+        self.apart = apart  # None (tests): a browse gets on the session's channel
         self.auto_ack_window = auto_ack_window  # read by each session (channel.AmqpSession)
         self.separate_publishers = separate_publishers  # likewise
         self.linger_seconds = linger_seconds

@@ -50,11 +50,15 @@ def ack_target_checked(headers: Mapping[str, str], command: str, version: str, s
 class Unacked:
     """The client's outstanding deliveries, by delivery tag, in delivery order."""
 
-    __slots__ = ("by_tag", "moved")
+    __slots__ = ("by_tag", "moved", "marked")
 
     def __init__(self) -> None:
         self.by_tag: dict[int, Subscription] = {}
         self.moved: list[StreamPosition] = []  # named stream subscriptions an ACK/NACK moved
+        # Deliveries that are, or may be, a stream's, where a NACK of one would be a connection
+        # error (``streams.py``): delivery tag -> (queue, is a stream: None not known). None
+        # until the first.
+        self.marked: dict[int, tuple[str, bool | None]] | None = None
 
     def __len__(self) -> int:
         return len(self.by_tag)
@@ -72,15 +76,20 @@ class Unacked:
         if sub is None or sub.consumer_tag != consumer_tag:
             # What RabbitMQ answers to an ack for a tag it never delivered.
             raise BrokerError("precondition_failed", f"PRECONDITION_FAILED - unknown delivery tag {delivery_tag}")
+        marked = self.marked
         if sub.multiple:
             for tag in [t for t in unacked if t <= delivery_tag]:
                 settled = unacked.pop(tag)
                 settled.unacked -= 1
                 if settled.position is not None:
                     settled.position.settled(tag, self.moved)
+                if marked:
+                    marked.pop(tag, None)
             return True
         del unacked[delivery_tag]
         sub.unacked -= 1
         if sub.position is not None:
             sub.position.settled(delivery_tag, self.moved)
+        if marked:
+            marked.pop(delivery_tag, None)
         return False

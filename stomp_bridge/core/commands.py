@@ -8,7 +8,7 @@ functions that return one (None: nothing left to do).
 from __future__ import annotations
 
 from stomp_bridge import __version__
-from stomp_bridge.core import login, resume
+from stomp_bridge.core import login, resume, streams
 from stomp_bridge.core.acks import ack_target
 from stomp_bridge.core.context import OPEN, Context, Steps, log
 from stomp_bridge.core.plans import (
@@ -99,12 +99,26 @@ def ack(core: Context, frame: Frame) -> None:
         core.receipt(frame)
 
 
-def nack(core: Context, frame: Frame) -> None:
+def nack(core: Context, frame: Frame) -> Steps | None:
     if not core.transactions.hold(frame):
-        core.to_amqp.append(settle(core, frame, "NACK"))
-        if core.unacked.moved:
-            resume.settled(core)
+        check = streams.nack_check(core, frame, receipt=True) if core.unacked.marked else None
+        if check is not None:
+            return _checked_nack(core, frame, check)
+        _nack(core, frame)
     core.receipt(frame)
+    return None
+
+
+def _checked_nack(core: Context, frame: Frame, check: Steps) -> Steps:
+    yield from check  # a stream's delivery: the plugin's ERROR (streams.py)
+    _nack(core, frame)
+    core.receipt(frame)
+
+
+def _nack(core: Context, frame: Frame) -> None:
+    core.to_amqp.append(settle(core, frame, "NACK"))
+    if core.unacked.moved:
+        resume.settled(core)
 
 
 def settle(core: Context, frame: Frame, command: str) -> Ack | Nack:
@@ -144,6 +158,10 @@ def commit(core: Context, frame: Frame) -> Steps:
                 if steps is not None:
                     yield from steps
             else:
+                if action.command == "NACK" and core.unacked.marked:
+                    check = streams.nack_check(core, action, receipt=False)
+                    if check is not None:
+                        yield from check
                 core.to_amqp.append(settle(core, action, action.command))
                 if core.unacked.moved:
                     resume.settled(core)

@@ -116,7 +116,7 @@ class Context:
         "subscriptions", "unacked", "transactions", "declared_queues", "reply_queues", "exclusive_queues",
         "client_id", "policy", "token_login", "token_subject", "discard_on_close", "ledger", "mandatory", "refused",
         "settling", "close_reason", "close_detail", "out", "wakeup", "on_close", "to_amqp", "jobs", "scheduled_exchanges",
-        "observer", "frame_max",
+        "observer", "frame_max", "stream_queues", "stream_consumers",
     )
 
     def __init__(
@@ -175,6 +175,11 @@ class Context:
         # Scheduled delivery: None until this session found (or made) the topology; then the
         # exchanges the ``due`` exchange is bound to.
         self.scheduled_exchanges: set[str] | None = None
+        # Streams (``streams.py``): the queues this session declared as streams, and the
+        # consumers whose deliveries are watched (consumer tag -> (queue, is a stream: None
+        # unknown)); None until the first.
+        self.stream_queues: set[str] | None = None
+        self.stream_consumers: dict[str, tuple[str, bool | None]] | None = None
         self.policy: Any = None  # Swaptacular: core.peer.PeerPolicy once CONNECT bound it
         self.token_login = False  # the passcode was a JWT (an OAuth 2 login /bridge/token can refresh)
         self.token_subject: str | None = None  # a JWT passcode's sub: a new token must be its
@@ -314,10 +319,12 @@ class Context:
         if frame is None:
             self.fail(exc)
             return
-        if exc.receipt_id is None:
+        if exc.receipt_id is None and exc.receipted:
             exc.receipt_id = frame.headers.get("receipt")
         if self.observer is not None:
             self.observer.failed(frame, exc)
+        if exc.preceded_by is not None:
+            self.fail(exc.preceded_by, close=False)
         self.fail(exc, close=exc.fatal or self.rules.close_on_error)
 
     def fail(self, error: StompError, *, close: bool = True) -> None:

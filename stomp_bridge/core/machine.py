@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stomp_bridge.core import commands, resume, send, subscribe
+from stomp_bridge.core import commands, resume, send, streams, subscribe
 from stomp_bridge.core.context import CLOSED, LOGIN, OPEN, Context, Job, Steps
 from stomp_bridge.core.plans import Ack
 from stomp_bridge.core.state import TRANSITIONS, UNKNOWN, action
@@ -129,6 +129,8 @@ class StompCore(Context):
         if sub.ack:
             self.unacked.by_tag[delivery_tag] = sub  # Unacked.delivered, inlined: per delivery
             sub.unacked += 1
+            if sub.watch_stream:
+                streams.delivered(self, tag, delivery_tag, properties)
             if sub.window and not sub.growing and sub.window_full():
                 sub.growing = True
                 self.spawn(subscribe.grow(self, sub))

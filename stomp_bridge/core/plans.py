@@ -88,11 +88,19 @@ class Get(NamedTuple):  # -> a delivery tuple, or None when the queue is empty
     queue: str
 
 
+class EndBrowse(NamedTuple):  # -> None: what the Gets took goes back to the queue
+    pass
+
+
 class Peek(NamedTuple):  # -> (properties, body) of the queue's first message left in place, or None
     queue: str
 
 
 class QueueExists(NamedTuple):  # -> bool
+    queue: str
+
+
+class IsStream(NamedTuple):  # -> bool: the queue is a stream (asked in a way no stream can refuse)
     queue: str
 
 

@@ -26,12 +26,14 @@ TIMER_PREFIX = "offset:"
 
 
 def open_position(core: Context, destination: dest.Destination, name: str) -> Steps:
-    """SUBSCRIBE with a name: read the stored offset (left in place) and make sure its queue
-    exists; the position the subscription starts from."""
+    """SUBSCRIBE with a name: make sure its offset queue exists, as the bridge makes it, then read
+    the stored offset (left in place); the position the subscription starts from. Declared
+    first: a queue of that name that is not the bridge's (a client's, a stream even) is then
+    RabbitMQ's refusal of this SUBSCRIBE on its own channel, before anything reads it."""
     stream = destination.name
     queue = resume.offset_queue(stream, name)
-    stored = resume.stored_offset((yield Peek(queue)))
     yield Declare(resume.offset_queue_declare(queue))
+    stored = resume.stored_offset((yield Peek(queue)))
     return StreamPosition(queue, stream, name, stored=-1 if stored is None else stored)
 
 

@@ -14,16 +14,17 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from stomp_bridge.core import resume as core_resume
+from stomp_bridge.core import streams
 from stomp_bridge.core.context import Context, Steps, log
 from stomp_bridge.core.plans import (
-    Bind, Cancel, Consume, Declare, DeleteQueue, Get, Nack, Peek, QueueExists,
+    Bind, Cancel, Consume, Declare, DeleteQueue, EndBrowse, Get, Peek, QueueExists,
     ReleaseExclusive, Sleep, WaitWritable,
 )
 from stomp_bridge.core.subscriptions import Subscription, part_tag, window_tag
 from stomp_bridge.protocol import destinations as dest
 from stomp_bridge.protocol import features
 from stomp_bridge.protocol import headers as hdr
-from stomp_bridge.protocol import resume
+from stomp_bridge.protocol import refusals, resume
 from stomp_bridge.protocol.errors import BrokerError, FrameRejected, InvalidDestination, ProtocolError, StompError, tp
 from stomp_bridge.protocol.frames import Frame
 from stomp_bridge.protocol.selectors import compile_selector
@@ -120,6 +121,8 @@ def subscribe_parts(
                 queue = core.declared(plan.declare, (yield Declare(plan.declare)))
                 if plan.delete_on_failure:
                     declared = queue
+            stream = streams.known_stream(core, target, plan)
+            yield from streams.check_auto_ack(core, sub, queue, stream, prefetch)
             if core.rules.retained_messages and target.kind == dest.TOPIC and plan.binding is not None:
                 yield from copy_retained(core, queue, plan.binding)
             tag = part_tag(sub.consumer_tag, index)
@@ -129,6 +132,7 @@ def subscribe_parts(
                 sub.extra_tags = (*sub.extra_tags, tag)
             core.subscriptions[tag] = sub
             registered.append(tag)
+            streams.watch(core, sub, tag, queue, stream)
             yield Consume(queue, tag, not sub.ack, prefetch, sub.arguments, sub.position is not None)
             if plan.binding is not None:
                 yield Bind(queue, *plan.binding, plan.binding_arguments)
@@ -227,6 +231,8 @@ def unsubscribe(core: Context, frame: Frame) -> Steps:
     for extra in sub.extra_tags:
         yield Cancel(extra)
         core.subscriptions.pop(extra, None)
+    if sub.watch_stream:
+        streams.forget(core, (tag, *sub.extra_tags))
     if core.exclusive_queues.get(sub.queue) and all(s.queue != sub.queue for s in core.subscriptions.values()):
         # an auto-delete queue went with its last consumer: its name is free again
         del core.exclusive_queues[sub.queue]
@@ -260,6 +266,8 @@ def grow(core: Context, sub: Subscription) -> Steps:
         tag = window_tag(sub.consumer_tag, len(sub.extra_tags) + 1)
         core.subscriptions[tag] = sub
         sub.extra_tags = (*sub.extra_tags, tag)
+        if sub.watch_stream:
+            streams.same_queue(core, sub.consumer_tag, tag)
         yield Consume(sub.queue, tag, False, sub.window, sub.arguments)
     finally:
         sub.growing = False
@@ -385,25 +393,25 @@ def browse(core: Context, frame: Frame, tag: str, destination: dest.Destination)
     sub = Subscription(tag, destination, queue, ack=False, multiple=False, consuming=False)
     core.subscriptions[tag] = sub
     receipt = headers.get("receipt")
-    taken: list[int] = []
-    try:
-        while not core.closed:
+    while not core.closed:
+        try:
             got = yield Get(queue)
-            if receipt is not None:  # the queue answered: the subscription stands
-                sub.held = []
-                core.queue_receipt(receipt, then=lambda: core.release_held(sub))
-                receipt = None
-            if got is None:
-                break
-            _, delivery_tag, redelivered, exchange, routing_key, properties, body = got
-            taken.append(delivery_tag)
-            out = hdr.message_headers(tag, core.session_id, delivery_tag, exchange, routing_key, redelivered, properties)
-            if match is None or match(out):
-                core.deliver(out, body, sub)
-                yield WaitWritable()
-    finally:
-        for delivery_tag in taken:
-            core.to_amqp.append(Nack(delivery_tag, False, True))
+        except BrokerError as exc:
+            if refusals.is_stream_refusal(exc):  # the plugin subscribes, which a stream refuses so
+                raise refusals.stream_without_prefetch(core.dest_rules.dialect, queue, core.vhost) from None
+            raise
+        if receipt is not None:  # the queue answered: the subscription stands
+            sub.held = []
+            core.queue_receipt(receipt, then=lambda: core.release_held(sub))
+            receipt = None
+        if got is None:
+            break
+        _, delivery_tag, redelivered, exchange, routing_key, properties, body = got
+        out = hdr.message_headers(tag, core.session_id, delivery_tag, exchange, routing_key, redelivered, properties)
+        if match is None or match(out):
+            core.deliver(out, body, sub)
+            yield WaitWritable()
+    yield EndBrowse()  # (a connection that ends first hands them back with its channels)
     end = {"subscription": hdr.subscription_id(tag)} if hdr.has_subscription_id(tag) else {}
     end["destination"] = destination.header
     end["message-id"] = f"{tag}@@{core.session_id}@@browse-end"

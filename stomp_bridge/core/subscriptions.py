@@ -53,6 +53,7 @@ class Subscription:
     # (the destinations, SUBSCRIBE's headers, the prefetch); None otherwise.
     again: tuple[list[dest.Destination], dict[str, str], int] | None = None
     resubscribing: bool = False  # a resubscribe runs (``subscribe.resubscribe``)
+    watch_stream: bool = False  # its deliveries are looked at for a stream's (``core/streams.py``)
     # A named stream subscription's offsets (``core/resume.py``); None for every other one.
     position: StreamPosition | None = None
 

@@ -77,6 +77,21 @@ class Dialect:
         return self._at_least(4, 0)
 
     @property
+    def stream_nack_refused(self) -> bool:
+        """A stream refuses basic.nack and basic.reject with a connection error (540) before 4.0
+        (verified on 3.10.8: the plugin's client gets ``AMQP channel died``); 4.0.5 and 4.3.6
+        take the NACK (verified)."""
+        return not self._at_least(4, 0)
+
+    @property
+    def stream_texts_before_4(self) -> bool:
+        """RabbitMQ's words for a stream's refusals: ``... not supported by stream queues queue
+        'q' in vhost '/'`` and ``consumer prefetch count is not set for 'queue 'q' in vhost
+        '/''`` on 3.10.8; ``... by stream queue 'q' in vhost '/'`` and ``... set for stream
+        queue 'q' in vhost '/'`` on 4.0.5 and 4.3.6 (verified)."""
+        return not self._at_least(4, 0)
+
+    @property
     def queue_argument_names(self) -> frozenset[str] | None:
         """The ``x-`` headers that become queue arguments; None: the newest list."""
         return None if self._at_least(3, 11) else QUEUE_ARGUMENTS_3_10

@@ -25,6 +25,8 @@ class StompError(Exception):
     """
 
     fatal = True
+    receipted = True  # answering a frame, it carries the frame's receipt as ``receipt-id``
+    preceded_by: StompError | None = None  # an ERROR written just before this one (kept open)
 
     def __init__(
         self,

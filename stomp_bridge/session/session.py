@@ -24,7 +24,7 @@ from stomp_bridge.core import login
 from stomp_bridge.core.context import CLOSED, Job
 from stomp_bridge.core.machine import StompCore
 from stomp_bridge.core.plans import (
-    Ack, Bind, Cancel, Consume, Declare, DeclareExchange, DeleteQueue, Disconnect, Flush, Get,
+    Ack, Bind, Cancel, Consume, Declare, DeclareExchange, DeleteQueue, Disconnect, EndBrowse, Flush, Get, IsStream,
     OpenAmqp, Opened,
     Peek, Publish, QueueExists, ReceiptsSent, ReleaseExclusive, ResolveSecurity, SetTimer, Settled, Sleep,
     UpdateSecret, WaitWritable,
@@ -396,8 +396,10 @@ RUNNERS: dict[type, Callable[[Session, Any], Awaitable[Any]]] = {
     DeleteQueue: _channel("delete_queue"),
     ReleaseExclusive: _release,
     Get: _channel("get"),
+    EndBrowse: _channel("end_browse"),
     Peek: _channel("peek"),
     QueueExists: _channel("queue_exists"),
+    IsStream: _channel("is_stream"),
     UpdateSecret: _channel("update_secret"),
     Settled: Session._settled,
     ResolveSecurity: Session._resolve_security,

@@ -353,20 +353,63 @@ async def test_get_returns_a_delivery_or_none() -> None:
     assert got == Delivery("", 5, False, "", "q", {"content_type": "text/plain"}, b"got")
 
 
+def holding(rabbit: FakeRabbit, count: int) -> None:
+    """The fake queue holds ``count`` messages: a passive declare says so, and a consumer on a side
+    channel gets the first."""
+    rabbit.answers[spec.Queue.Declare] = lambda m: spec.Queue.DeclareOk(queue=m.queue, message_count=count,
+                                                                         consumer_count=0)
+    loop = asyncio.get_running_loop()
+
+    def consume(m: Any) -> Any:
+        side = max(rabbit.hooks.channels)
+        loop.call_soon(lambda: rabbit.channel(side).on_delivery(
+            Delivery(m.consumer_tag, 1, False, "", "q", {"content_type": "text/plain"}, b"got")))
+        return spec.Basic.ConsumeOk(consumer_tag=m.consumer_tag)
+
+    rabbit.answers[spec.Basic.Consume] = consume
+
+
 async def test_peek_and_queue_exists_use_a_side_channel_that_a_404_closes_not_the_sessions() -> None:
+    """A peek reads the bridge's own one-message queues, which a client may have made a stream:
+    no basic.get (a stream refuses it with a connection error), a consumer with one message of
+    prefetch where a passive declare counted one."""
     amqp, rabbit, events = await session()
     number = amqp.channel.number
-    rabbit.answers[spec.Basic.Get] = lambda m: spec.Basic.GetOk(delivery_tag=1, exchange="", routing_key="q")
+    holding(rabbit, 1)
     assert await amqp.peek("q") == ({"content_type": "text/plain"}, b"got")
     frames = rabbit.frames[:]
     side = {n for n, _ in frames} - {number}
     assert len(side) == 1
-    assert [type(m) for m in rabbit.methods()] == [
-        spec.Channel.Open, spec.Basic.Get, spec.Channel.Close], "no confirm.select; the close requeues"
+    methods = rabbit.methods()
+    assert [type(m) for m in methods] == [
+        spec.Channel.Open, spec.Queue.Declare, spec.Basic.Qos, spec.Basic.Consume, spec.Channel.Close], \
+        "no confirm.select, no basic.get; the close requeues"
+    assert methods[1].passive and methods[2].prefetch_count == 1 and not methods[3].no_ack
     assert rabbit.channel(side.pop()) is None and set(amqp.shared.sessions) == {number}, "the number is free again"
+    holding(rabbit, 0)
+    assert await amqp.peek("q") is None
+    assert [type(m) for m in rabbit.methods()] == [spec.Channel.Open, spec.Queue.Declare, spec.Channel.Close]
     rabbit.answers[spec.Queue.Declare] = lambda m: spec.Channel.Close(
         class_id=0, method_id=0, reply_code=404, reply_text="NOT_FOUND - no queue")
     assert await amqp.queue_exists("gone") is False
+    assert events.log == [] and not amqp.channel.is_closed
+
+
+async def test_is_stream_asks_only_what_a_stream_refuses_on_the_channel() -> None:
+    amqp, rabbit, events = await session()
+    holding(rabbit, 3)  # a stream counts no messages: one that holds some is none
+    assert await amqp.is_stream("q") is False
+    assert [type(m) for m in rabbit.methods()] == [spec.Channel.Open, spec.Queue.Declare, spec.Channel.Close]
+    holding(rabbit, 0)
+    rabbit.answers[spec.Basic.Consume] = lambda m: spec.Basic.ConsumeOk(consumer_tag=m.consumer_tag)
+    assert await amqp.is_stream("q") is False
+    methods = rabbit.methods()
+    assert [type(m) for m in methods] == [spec.Channel.Open, spec.Queue.Declare, spec.Basic.Consume, spec.Channel.Close]
+    assert not methods[2].no_ack, "an auto-ack consume is what a stream refuses with a connection error"
+    rabbit.answers[spec.Basic.Consume] = lambda m: spec.Channel.Close(
+        class_id=60, method_id=20, reply_code=406,
+        reply_text="PRECONDITION_FAILED - consumer prefetch count is not set for stream queue 'q' in vhost '/'")
+    assert await amqp.is_stream("q") is True
     assert events.log == [] and not amqp.channel.is_closed
 
 

@@ -385,7 +385,22 @@ def test_a_browse_receipts_before_its_messages_and_hands_them_back():
     frames = h.frames()
     assert [f.command for f in frames] == ["RECEIPT", "MESSAGE", "MESSAGE", "MESSAGE"]
     assert [f.body for f in frames[1:3]] == [b"one", b"two"] and frames[3].headers["browser"] == "end"
-    assert h.of(p.Nack) == [p.Nack(1, False, True), p.Nack(2, False, True)]
+    assert h.of(p.Nack) == [] and len(h.of(p.EndBrowse)) == 1  # both back before browser:end
+    assert type(h.plans[-1]) is p.EndBrowse
+
+
+def test_a_browse_of_a_stream_gets_what_the_plugin_subscribing_gets():
+    """RabbitMQ refuses a stream's basic.get with a connection error, on the browse's connection of
+    its own (amqp/channel.get); the plugin, which knows no browse, subscribes, and a stream refuses
+    a consume with no prefetch: its words."""
+    h = connected()
+    h.refuse[p.Get] = deque([refusal("NOT_IMPLEMENTED - basic.get not supported by stream queue 'q' in vhost '/'")])
+    h.frame("SUBSCRIBE", {"destination": "/amq/queue/q", "id": "b", "browser": "true", "receipt": "r"})
+    [error] = h.frames()
+    assert (error.headers["message"], error.body, error.headers["receipt-id"]) == (
+        "precondition_failed", b"PRECONDITION_FAILED - consumer prefetch count is not set for stream queue 'q' in vhost '/'",
+        "r")
+    assert h.core.state is CLOSED
 
 
 def test_a_browse_behind_unconfirmed_publishes_holds_its_messages_behind_its_receipt():
