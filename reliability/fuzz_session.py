@@ -115,7 +115,8 @@ def script(rng: random.Random, vhost: str) -> bytes:
 # frame, a channel error); after the others (the plugin's error/3: a refused frame) the
 # connection goes on and more frames may follow. "Processing error" is either.
 CLOSING_ERRORS = frozenset((
-    "Bad CONNECT", "Version mismatch", "Duplicated subscription identifier", "Too many subscriptions",
+    "AMQP channel died", "Bad CONNECT", "Version mismatch", "Duplicated subscription identifier",
+    "Too many subscriptions",
     "Message rejected", "Broker unavailable", "Broker connection lost", "Connect timeout",
     "Heart-beat timeout", "Idle timeout", "Server shutdown", "Invalid frame", "Invalid command",
     "Too many headers", "Header too long", "Invalid content-length", "Frame too large",
