@@ -10,9 +10,10 @@ from __future__ import annotations
 from stomp_bridge import __version__
 from stomp_bridge.core import login, resume, streams
 from stomp_bridge.core.acks import ack_target
-from stomp_bridge.core.context import OPEN, Context, Steps, log
+from stomp_bridge.core.context import Context, Steps, log
+from stomp_bridge.core.state import OPEN, move
 from stomp_bridge.core.plans import (
-    Ack, Disconnect, Flush, Nack, OpenAmqp, Opened, ReceiptsSent, ResolveSecurity,
+    Ack, Disconnect, Flush, Nack, OpenAmqp, Opened, ReceiptsSent, ResolveSecurity, SetTimer,
 )
 from stomp_bridge.core.send import send, token_timer
 from stomp_bridge.core.transactions import transaction_id
@@ -31,6 +32,7 @@ _new = tuple.__new__  # a NamedTuple without its Python-level __new__: one per A
 
 def connect(core: Context, frame: Frame, implicit: bool = False) -> Steps:
     """Log in (the decisions are login.py's), then CONNECTED (none for an implicit connect)."""
+    core.logging_in = True  # from here amqp_connect_timeout bounds the wait, not connect_timeout
     version = negotiate_version(frame.headers.get("accept-version"))
     headers = login.connect_headers(frame.headers, version)
     cert_login, core.policy = yield ResolveSecurity(headers, version)
@@ -42,6 +44,7 @@ def connect(core: Context, frame: Frame, implicit: bool = False) -> Steps:
         request.user, request.passcode, request.vhost, login.fallback_vhost(rules, request.vhost), cert_login,
     )
     logged_in(core, opened, request.user, version, request.heartbeat)
+    yield SetTimer("connect", None)
     claims = features.token_claims(request.passcode)
     core.token_login = claims is not None
     core.token_subject = claims.get("sub") if claims is not None else None
@@ -67,7 +70,7 @@ def logged_in(core: Context, opened: Opened, user: str, version: str, heartbeat:
     """RabbitMQ took the login: the broker's rules, the negotiated version, the frame limits of
     a logged-in client."""
     rules = core.rules
-    core.state = OPEN
+    core.state = move(core.state, "logged_in")
     core.user, core.vhost = user, opened.vhost
     core.dest_rules = dest.DestinationRules(rules.default_topic_exchange, opened.dialect, rules.headers_bindings)
     core.frame_max = opened.frame_max
@@ -80,6 +83,8 @@ def logged_in(core: Context, opened: Opened, user: str, version: str, heartbeat:
     )
     core.session_id = core.new_session_id()
     core.heartbeat = heartbeat
+    if core.on_open is not None:
+        core.on_open()
 
 
 def already_connected(core: Context, frame: Frame) -> None:

@@ -27,6 +27,7 @@ from stomp_bridge.core.observer import Observer
 from stomp_bridge.core.plans import Publish
 from stomp_bridge.core.receipts import NOTHING_HELD, ReceiptLedger
 from stomp_bridge.core.rules import Rules
+from stomp_bridge.core.state import CLOSED, LOGIN, move
 from stomp_bridge.core.subscriptions import Subscription
 from stomp_bridge.core.transactions import Transactions
 from stomp_bridge.protocol import destinations as dest
@@ -41,11 +42,7 @@ from stomp_bridge.protocol.parser import FrameParser, Limits
 
 log = logging.getLogger("stomp_bridge.session")
 
-# The connection's states (``state.py`` has what each command does in each).
-LOGIN = "login"  # waiting for CONNECT
-OPEN = "open"  # logged in
-FAILING = "failing"  # RabbitMQ refused a publish: no more frames read, the ERROR waits for earlier confirms
-CLOSED = "closed"
+# The connection's states, and every move between them: ``state.py``.
 
 Steps = Generator[Any, Any, None]  # a handler run: yields plans, gets their outcomes
 _new = tuple.__new__  # a NamedTuple without its Python-level __new__: one per SEND
@@ -112,11 +109,12 @@ class Context:
 
     __slots__ = (
         "rules", "counters", "peer", "peer_name", "credentials", "clock", "wall", "new_session_id", "trace",
-        "state", "closed", "version", "session_id", "user", "vhost", "heartbeat", "eol", "parser", "dest_rules",
+        "state", "version", "session_id", "user", "vhost", "heartbeat", "eol", "parser", "dest_rules",
         "subscriptions", "unacked", "transactions", "declared_queues", "reply_queues", "exclusive_queues",
         "client_id", "policy", "token_login", "token_subject", "discard_on_close", "ledger", "mandatory", "refused",
-        "settling", "close_reason", "close_detail", "out", "wakeup", "on_close", "to_amqp", "jobs", "scheduled_exchanges",
-        "observer", "frame_max", "stream_queues", "stream_consumers",
+        "settling", "close_reason", "close_detail", "out", "wakeup", "on_open", "on_close", "to_amqp", "jobs", "scheduled_exchanges",
+        "observer", "frame_max", "stream_queues", "stream_consumers", "logging_in",
+        "frames_handled",
     )
 
     def __init__(
@@ -142,8 +140,9 @@ class Context:
         self.wall = wall  # epoch seconds (token expiry, Apollo's expires/ttl)
         self.new_session_id = new_session_id
         self.trace = trace  # (direction, frame): the DEBUG frame log, when on
-        self.state = LOGIN
-        self.closed = False  # state is CLOSED (an attribute: read per frame)
+        self.state = LOGIN  # state.py
+        self.logging_in = False  # a CONNECT arrived: connect_timeout no longer applies
+        self.frames_handled = 0  # client frames so far (the driver's fair share counts them)
         self.version = "1.2"  # escaping for frames before negotiation
         self.session_id = ""
         self.user = ""
@@ -196,6 +195,7 @@ class Context:
         # waits on them); work of the connection's own.
         self.out: list[bytes] = []
         self.wakeup: Callable[[], None] | None = None  # called when ``out`` stops being empty
+        self.on_open: Callable[[], None] | None = None  # called once, when the login succeeded
         self.on_close: Callable[[], None] | None = None  # called once, when the connection must end
         self.to_amqp: list[Any] = []
         self.jobs: list[Job] = []
@@ -296,7 +296,7 @@ class Context:
             self.refused = (seq, error)
         if self.observer is not None:
             self.observer.refused(seq, error)
-        self.state = FAILING
+        self.state = move(self.state, "refused")
         self.ledger.stop_at(seq)
         for waiting in [s for s in self.settling if s >= seq]:
             self.settling.pop(waiting)(False)
@@ -358,8 +358,7 @@ class Context:
         """The connection ends (after an ERROR, a DISCONNECT, or the client's going)."""
         if self.state is CLOSED:
             return
-        self.state = CLOSED
-        self.closed = True
+        self.state = move(self.state, "closed")
         if reason:
             self.close_reason, self.close_detail = reason, detail
         self.transactions.clear()

@@ -1,7 +1,8 @@
 """The STOMP core: a connection's decisions with no I/O, in the manner of h11 and websockets.
 
-Inputs are method calls: a client frame (:meth:`StompCore.frame_received`), and what RabbitMQ
-and the driver report (:meth:`~StompCore.delivered`, :meth:`~StompCore.confirmed`,
+Inputs are method calls: the client's bytes (:meth:`StompCore.receive_data`, handled by
+:meth:`StompCore.handle_frames`, a fair share of frames at a time; one frame:
+:meth:`StompCore.frame_received`), and what RabbitMQ and the driver report (:meth:`~StompCore.delivered`, :meth:`~StompCore.confirmed`,
 :meth:`~StompCore.returned`, :meth:`~StompCore.cancelled`, :meth:`~StompCore.amqp_closed`,
 :meth:`~StompCore.timer_fired`, and each plan's outcome through its :class:`~.context.Job`).
 Outputs are values the driver collects: the frames to write (``data_to_send``), the plans of
@@ -16,12 +17,19 @@ from __future__ import annotations
 from typing import Any
 
 from stomp_bridge.core import commands, resume, send, streams, subscribe
-from stomp_bridge.core.context import CLOSED, LOGIN, OPEN, Context, Job, Steps
-from stomp_bridge.core.plans import Ack
-from stomp_bridge.core.state import TRANSITIONS, UNKNOWN, action
+from stomp_bridge.core.context import Context, Job, Steps, first_step
+from stomp_bridge.core.plans import Ack, SetTimer
+from stomp_bridge.core.state import CLOSED, LOGIN, OPEN, action
 from stomp_bridge.protocol import headers as hdr
-from stomp_bridge.protocol.errors import BrokerError, FrameRejected, StompError, token_expired, tp
-from stomp_bridge.protocol.frames import VECTORED_BODY, Frame
+from stomp_bridge.protocol.errors import BrokerError, FrameRejected, ProtocolError, StompError, token_expired, tp
+from stomp_bridge.protocol.frames import CLIENT_COMMANDS, VECTORED_BODY, Frame
+
+FAIR_SHARE = 64  # frames one connection handles before the driver lets the others in
+
+
+def _connect_timer(seconds: float) -> Steps:
+    if seconds:
+        yield SetTimer("connect", seconds)
 
 
 def not_connected(core: Context, frame: Frame) -> Steps:
@@ -70,20 +78,61 @@ class StompCore(Context):
 
     __slots__ = ()
 
+    def started(self) -> Job | None:
+        """The connection was accepted: its first plans (``connect_timeout``, ``timer_fired``)."""
+        return first_step(self, _connect_timer(self.rules.connect_timeout), None)
+
     # -- the client ----------------------------------------------------------------------
+
+    def receive_data(self, data: bytes | memoryview) -> None:
+        """Bytes the client sent (handled by :meth:`handle_frames`)."""
+        self.parser.feed(data)
+
+    def handle_frames(self, budget: int = FAIR_SHARE) -> Job | bool:
+        """Handle the complete frames received, in order, up to ``budget`` of them: the job of a
+        frame that needs RabbitMQ (the driver runs it, then calls again), True when there is
+        more to do but the others should have their turn (``budget`` frames handled, or as many
+        frames queued for the client: let it take them), False once every frame received is
+        handled (or the connection ended). A frame that breaks STOMP's grammar is its ERROR."""
+        parser = self.parser
+        frames_in = self.counters.frames_in
+        out = self.out
+        handled = 0
+        try:
+            while handled < budget:
+                if self.state is CLOSED:
+                    return False
+                frame = parser.next_frame()
+                if frame is None:
+                    return False
+                handled += 1
+                # The client names the command: anything but STOMP's own is "other" (a label per
+                # invented command would grow /metrics without bound).
+                command = frame.command
+                frames_in[command if command in CLIENT_COMMANDS else "other"] += 1
+                if self.trace is not None:
+                    self.trace("in", frame)
+                job = self.frame_received(frame)
+                if job is not None:
+                    return job
+                if len(out) >= budget:
+                    return True
+        except StompError as exc:  # the parser's: the bytes are not STOMP
+            self.fail(exc)
+            return False
+        finally:
+            self.frames_handled += handled
+        return self.state is not CLOSED
 
     def frame_received(self, frame: Frame) -> Job | None:
         """Handle one client frame: None when it is done already (the usual case), else the
-        job whose plans the driver runs before it reads the next frame."""
+        job whose plans the driver runs before it handles the next frame."""
         state = self.state
-        if state is OPEN:
-            name = TRANSITIONS.get(frame.command, UNKNOWN)[1]
-            if self.version == "1.0":
-                trimmed(self, frame)
-        elif state is LOGIN:
-            name = TRANSITIONS.get(frame.command, UNKNOWN)[0]
-        else:
+        name = action(state, frame.command)
+        if name is None:
             return None  # failing or closed: the client's frames no longer count
+        if state is OPEN and self.version == "1.0":
+            trimmed(self, frame)
         try:
             steps = HANDLERS[name](self, frame)
             if steps is None:
@@ -99,6 +148,10 @@ class StompCore(Context):
     def timer_fired(self, name: str) -> None:
         if name == "token":
             self.fail(token_expired())
+        elif name == "connect":
+            if self.state is LOGIN and not self.logging_in:  # a CONNECT that arrived has its own timeout
+                self.fail(ProtocolError(
+                    "Connect timeout", f"No CONNECT frame within {self.rules.connect_timeout:g} seconds"))
         elif name.startswith(resume.TIMER_PREFIX):
             resume.timer_fired(self, name)
 

@@ -133,6 +133,10 @@ class Opened(NamedTuple):
     frame_max: int = FRAME_MAX_DEFAULT  # the largest AMQP frame RabbitMQ takes on this session's connection
 
 
+class OpenPublisher(NamedTuple):  # -> None: the session's publishing channel is open (publishes wait for it)
+    pass
+
+
 class SetTimer(NamedTuple):  # -> None; at ``delay`` seconds the driver calls core.timer_fired(name)
     name: str  # one timer per name: setting it again moves it
     delay: float | None  # None: cancel it

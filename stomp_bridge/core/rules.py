@@ -22,6 +22,7 @@ class Rules:
     max_header_length: int = 64 * 1024
     trailing_lf: bool = True
     # CONNECT
+    connect_timeout: float = 10.0
     implicit_connect: bool = False
     hide_server_info: bool = False
     default_user: str | None = "guest"

@@ -1,42 +1,60 @@
-"""What every client command does in every state of a connection: one table.
+"""A connection's state machine, whole: its four states, what every client command does in
+each, and every move between them. Everything that changes ``Context.state`` goes through
+:func:`move`, and every frame's handler is looked up with :func:`action`, here only (as h11's
+``_state.py``: a missing entry is the error).
 
-A connection is ``login`` until CONNECT succeeds, then ``open``; ``failing`` once RabbitMQ
-refused a publish (no frame is read any more: the ERROR waits for the confirms of what came
-before), and ``closed`` after its ERROR or DISCONNECT. Frames in the last two are dropped.
+* ``login``: until CONNECT succeeds;
+* ``open``: logged in;
+* ``failing``: RabbitMQ refused a publish; no frame is read any more and the ERROR waits for
+  the confirms of what came before;
+* ``closed``: after an ERROR that closes, a DISCONNECT, or the client's going.
 
-Each entry names the handler (a function of ``commands.py``, ``send.py`` or ``subscribe.py``,
-looked up in ``machine.HANDLERS``) or the refusal. A command missing from the table is not a
-STOMP command: ``Bad command`` once logged in, as the plugin answers it.
+An action names a handler (a function of ``commands.py``, ``send.py`` or ``subscribe.py``,
+looked up in ``machine.HANDLERS``); None: the frame is dropped. A command not in a state's row
+is not a STOMP command: before login "Illegal command" (or, with ``implicit_connect``, a login
+first), after it "Bad command", as the plugin answers both.
 """
 
 from __future__ import annotations
 
-from stomp_bridge.core.context import LOGIN, OPEN
+LOGIN = "login"
+OPEN = "open"
+FAILING = "failing"
+CLOSED = "closed"
+STATES = (LOGIN, OPEN, FAILING, CLOSED)
 
 NOT_CONNECTED = "not_connected"  # "Illegal command", or log in first with implicit_connect
 BAD_COMMAND = "bad_command"
 
-#                    in "login"          in "open"
-TRANSITIONS: dict[str, tuple[str, str]] = {
-    "CONNECT":      ("connect",          "already_connected"),
-    "STOMP":        ("connect",          "already_connected"),
-    "SEND":         (NOT_CONNECTED,      "send"),
-    "SUBSCRIBE":    (NOT_CONNECTED,      "subscribe"),
-    "UNSUBSCRIBE":  (NOT_CONNECTED,      "unsubscribe"),
-    "ACK":          (NOT_CONNECTED,      "ack"),
-    "NACK":         (NOT_CONNECTED,      "nack"),
-    "BEGIN":        (NOT_CONNECTED,      "begin"),
-    "COMMIT":       (NOT_CONNECTED,      "commit"),
-    "ABORT":        (NOT_CONNECTED,      "abort"),
-    "DISCONNECT":   (NOT_CONNECTED,      "disconnect"),
+_COMMANDS = ("SEND", "SUBSCRIBE", "UNSUBSCRIBE", "ACK", "NACK", "BEGIN", "COMMIT", "ABORT", "DISCONNECT")
+
+# state -> command -> action
+ACTIONS: dict[str, dict[str, str | None]] = {
+    LOGIN: {"CONNECT": "connect", "STOMP": "connect", **{c: NOT_CONNECTED for c in _COMMANDS}},
+    OPEN: {"CONNECT": "already_connected", "STOMP": "already_connected", **{c: c.lower() for c in _COMMANDS}},
+    FAILING: {},
+    CLOSED: {},
 }
-UNKNOWN = (NOT_CONNECTED, BAD_COMMAND)
+# what a command missing from a state's row does there
+OTHERWISE: dict[str, str | None] = {LOGIN: NOT_CONNECTED, OPEN: BAD_COMMAND, FAILING: None, CLOSED: None}
+
+# (state, event) -> the state it moves to; any other pair is a bug
+MOVES: dict[tuple[str, str], str] = {
+    (LOGIN, "logged_in"): OPEN,
+    (OPEN, "refused"): FAILING,  # RabbitMQ returned or nacked a publish
+    (FAILING, "refused"): FAILING,  # an earlier publish refused too
+    (LOGIN, "closed"): CLOSED,
+    (OPEN, "closed"): CLOSED,
+    (FAILING, "closed"): CLOSED,
+}
 
 
 def action(state: str, command: str) -> str | None:
-    """The handler for ``command`` in ``state``; None: the frame is dropped."""
-    if state is LOGIN:
-        return TRANSITIONS.get(command, UNKNOWN)[0]
-    if state is OPEN:
-        return TRANSITIONS.get(command, UNKNOWN)[1]
-    return None
+    """What ``command`` does in ``state``: a handler's name, or None (the frame is dropped)."""
+    row = ACTIONS[state]
+    return row[command] if command in row else OTHERWISE[state]
+
+
+def move(state: str, event: str) -> str:
+    """The state ``event`` leads to from ``state`` (a KeyError: a move the machine does not make)."""
+    return MOVES[state, event]

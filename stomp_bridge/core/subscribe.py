@@ -16,6 +16,7 @@ from collections.abc import Callable
 from stomp_bridge.core import resume as core_resume
 from stomp_bridge.core import streams
 from stomp_bridge.core.context import Context, Steps, log
+from stomp_bridge.core.state import CLOSED
 from stomp_bridge.core.plans import (
     Bind, Cancel, Consume, Declare, DeleteQueue, EndBrowse, Get, Peek, QueueExists,
     ReleaseExclusive, Sleep, WaitWritable,
@@ -261,7 +262,7 @@ def grow(core: Context, sub: Subscription) -> Steps:
     """
     try:
         yield WaitWritable()
-        if core.closed or core.subscriptions.get(sub.consumer_tag) is not sub or not sub.window_full():
+        if core.state is CLOSED or core.subscriptions.get(sub.consumer_tag) is not sub or not sub.window_full():
             return  # gone, or ACKs made room meanwhile
         tag = window_tag(sub.consumer_tag, len(sub.extra_tags) + 1)
         core.subscriptions[tag] = sub
@@ -334,7 +335,7 @@ def _resubscribe(core: Context, sub: Subscription, cancelled: str) -> Steps:
             core.subscriptions.pop(tag, None)
     deadline = core.clock() + core.rules.resubscribe_timeout
     delay = RESUBSCRIBE_FIRST_DELAY
-    while not core.closed:
+    while not core.state is CLOSED:
         # declared again: a /queue/ RabbitMQ deleted is gone, whatever this session did before
         plans = [subscribe_plan(core, target, headers, declare=True) for target in targets]
         missing = False
@@ -393,7 +394,7 @@ def browse(core: Context, frame: Frame, tag: str, destination: dest.Destination)
     sub = Subscription(tag, destination, queue, ack=False, multiple=False, consuming=False)
     core.subscriptions[tag] = sub
     receipt = headers.get("receipt")
-    while not core.closed:
+    while not core.state is CLOSED:
         try:
             got = yield Get(queue)
         except BrokerError as exc:

@@ -5,8 +5,8 @@ or a WebSocket (websocket.py); everything above the link is shared. The listener
 (server.py and websocket.py) admit a client through a :class:`Gateway`, which runs
 its Connection.
 
-The loop reads a chunk, lets the parser cut it into frames, hands each frame to
-the session, then flushes the session's AMQP batch once per chunk. Not reading
+The loop reads a chunk and hands it to the session, which cuts it into frames and handles them
+(a fair share at a time), then flushes its AMQP batch once per chunk. Not reading
 while a frame is being handled is the backpressure towards the client: a slow
 broker (or a blocked connection) stops the socket reads. So is not reading while
 the client does not take what it was sent: past ``write_buffer_high`` bytes queued
@@ -27,11 +27,9 @@ from typing import Protocol
 
 from stomp_bridge.amqp.pool import AmqpPool
 from stomp_bridge.core.rules import Rules
-from stomp_bridge.logs import log_frame
 from stomp_bridge.metrics import Counters
 from stomp_bridge.protocol.errors import ProtocolError, StompError
-from stomp_bridge.protocol.frames import CLIENT_COMMANDS, flatten
-from stomp_bridge.protocol.parser import FrameParser
+from stomp_bridge.protocol.frames import flatten
 from stomp_bridge.session.session import Session
 from stomp_bridge.session.throttle import LoginThrottle
 from stomp_bridge.session.tracing import Tracing
@@ -42,12 +40,10 @@ from stomp_bridge.tls import PeerCertificate
 log = logging.getLogger(__name__)
 
 READ_SIZE = 256 * 1024
-FAIR_SHARE = 64  # frames one client may have handled before the loop serves the others
 SHUTDOWN = StompError("Server shutdown", "The bridge is shutting down; reconnect to another instance.")
 
 
-LOGIN_COMMANDS = ("CONNECT", "STOMP")
-FED = b"fed"  # what TcpLink.read returns when its on_data took the bytes into the parser itself
+FED = b"fed"  # what TcpLink.read returns when its on_data (or the receiver) took the bytes itself
 # Chunks from this size, and the rest of a frame begun in an earlier chunk, go through the loop:
 # while it runs, the next chunks gather and are taken together (a large body arrives in
 # dozens of reads; handled one by one they cost a pass and a parser step each).
@@ -108,6 +104,16 @@ class Link(Protocol):
     def writable(self) -> bool: ...  # below the high-water mark now (no waiting)
 
 
+class Receiver(Protocol):
+    """Where a TcpLink puts what it reads itself (the connection's session): a large chunk, and a
+    large body read straight into its buffer."""
+
+    def feed(self, data: bytes | memoryview) -> None: ...
+    def receiving_body(self) -> bool: ...  # a large body is being received
+    def body_window(self) -> memoryview | None: ...  # where its next bytes go
+    def body_filled(self, nbytes: int) -> None: ...  # that many went there
+
+
 class _ReadBuffer(threading.local):
     """The buffer every TcpLink of a thread's event loop reads into (get_buffer): a read and
     its buffer_updated run in one callback, so one buffer serves them all."""
@@ -128,20 +134,20 @@ class TcpLink(asyncio.Protocol):
     backpressure towards a client whose frames the session is still handling.
     ``on_connect`` runs when the socket is accepted (the listener starts the client's task).
 
-    A large body (``parser``, set by the Connection, receiving one): from the next ``read``
+    A large body (``receiver``, set by the Connection, receiving one): from the next ``read``
     until it is complete the transport reads through a buffered protocol (:class:`_BodyReader`,
     ``transport.set_protocol``) into a buffer the link gives (``get_buffer``): while the loop
     waits for bytes, the body's own buffer at the place its next bytes go (the kernel copies
     them there and nothing else does); otherwise the thread's one read buffer, copied out once.
     Small frames keep the plain protocol: a buffered read costs a call more per read. A chunk of
-    SMALL_CHUNK bytes or more that arrives while the loop waits goes into the parser at once
+    SMALL_CHUNK bytes or more that arrives while the loop waits goes to the receiver at once
     (``read`` then says FED), not to a bytes of its own first.
     """
 
     __slots__ = (
         "transport", "task", "_on_connect", "_high", "_chunks", "_size", "_waiter", "_eof", "_error",
         "_flow_paused", "_held", "_write_paused", "_drain_waiters", "_lost", "on_data", "_fed",
-        "parser", "_window", "filled", "_buffered",
+        "receiver", "_window", "filled", "_buffered",
     )
 
     def __init__(self, on_connect: Callable[[TcpLink], None], high: int) -> None:
@@ -163,13 +169,13 @@ class TcpLink(asyncio.Protocol):
         # frames handled in this callback, with no pass of the event loop before the publish
         # is written. It returns None if it did not take the bytes (the loop reads them), else
         # whether the loop must go on (a frame's job, a wait): read() then returns FED, the bytes
-        # being in the parser already.
+        # being with the receiver already.
         self.on_data: Callable[[bytes | memoryview], bool | None] | None = None
         self._fed = False
-        # The connection's parser: a large body's bytes are read straight into its buffer.
-        self.parser: FrameParser | None = None
-        self._window = False  # the last get_buffer gave the parser's body window
-        self.filled = 0  # bytes read into the parser's body window, not yet counted by the loop
+        # The connection's session: a large body's bytes are read straight into its buffer.
+        self.receiver: Receiver | None = None
+        self._window = False  # the last get_buffer gave the receiver's body window
+        self.filled = 0  # bytes read into the receiver's body window, not yet counted by the loop
         self._buffered = False  # the transport reads through a _BodyReader (a large body)
 
     # -- asyncio.Protocol ------------------------------------------------------------
@@ -181,15 +187,15 @@ class TcpLink(asyncio.Protocol):
         self._on_connect(self)
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        parser = self.parser
+        receiver = self.receiver
         # Only while the loop waits for bytes (or has yet to take the window's last ones): a loop
         # busy with a frame (a publish RabbitMQ holds back) reads nothing into the window, so the
         # unread chunks, and the pause at READ_SIZE, are as before.
         if (
-            parser is not None and parser.large_body is not None and not self._chunks
-            and (self._waiter is not None or self._fed)
+            receiver is not None and not self._chunks and (self._waiter is not None or self._fed)
+            and receiver.receiving_body()
         ):
-            window = parser.body_window()
+            window = receiver.body_window()
             if window is not None:
                 self._window = True
                 return window
@@ -199,7 +205,7 @@ class TcpLink(asyncio.Protocol):
     def buffer_updated(self, nbytes: int) -> None:
         if self._window:
             self._window = False
-            self.parser.body_filled(nbytes)  # type: ignore[union-attr]
+            self.receiver.body_filled(nbytes)  # type: ignore[union-attr]
             self.filled += nbytes
             self._fed = True
             self._wake()
@@ -208,7 +214,7 @@ class TcpLink(asyncio.Protocol):
 
     def data_received(self, data: bytes | memoryview) -> None:
         """A chunk: to ``on_data`` if the loop waits for bytes, else kept for ``read``. A view
-        of the read buffer is copied before it is kept (the parser copies what it takes)."""
+        of the read buffer is copied before it is kept (the receiver copies what it takes)."""
         if self._waiter is not None and not self._chunks:
             on_data = self.on_data
             if on_data is not None:
@@ -218,16 +224,16 @@ class TcpLink(asyncio.Protocol):
                         self._fed = True
                         self._wake()
                     return
-            parser = self.parser
-            if parser is not None and len(data) >= SMALL_CHUNK:
-                # A large chunk while the loop waits for one: into the parser now (its one copy;
+            receiver = self.receiver
+            if receiver is not None and len(data) >= SMALL_CHUNK:
+                # A large chunk while the loop waits for one: to the receiver now (its one copy;
                 # a large body's head is parsed there, the rest goes to the body's own buffer),
                 # not kept as a chunk and copied again. The loop handles its frames (FED).
-                parser.feed(data)
+                receiver.feed(data)
                 self.filled += len(data)
                 self._fed = True
                 self._wake()
-                if parser.large_body is not None and not self._buffered:
+                if receiver.receiving_body() and not self._buffered:
                     # It began a large body: the reads that follow, in this pass of the event
                     # loop already, go into the body's buffer
                     self._read_into_body(True)
@@ -284,11 +290,11 @@ class TcpLink(asyncio.Protocol):
 
     async def read(self) -> bytes:
         """Everything received since the last call (one chunk, as a rule); b"" at the end."""
-        parser = self.parser
-        if parser is not None and (parser.large_body is not None) is not self._buffered:
+        receiver = self.receiver
+        if receiver is not None and receiver.receiving_body() is not self._buffered:
             self._read_into_body(not self._buffered)
         if not self._chunks:
-            if self._fed:  # read into the parser while the loop was busy with the last bytes
+            if self._fed:  # read into the receiver while the loop was busy with the last bytes
                 self._fed = False
                 return FED
             if self._eof:
@@ -437,11 +443,11 @@ class WriteGate:
 
 
 class Connection:
-    """One client: bytes to frames to the session, and heart-beats."""
+    """One client: its bytes to the session, the session's frames to the link, and heart-beats."""
 
     __slots__ = (
         "counters", "_initial", "link", "settings", "loop", "peer", "last_read", "last_write",
-        "_timers", "_abort", "session", "core", "_logging_in", "reading_since", "_held_job",
+        "_timers", "_abort", "session", "reading_since",
         "_beat_every", "_beat_at", "_beat_since", "_check_limit", "_check_heartbeat", "_check_at", "_heartbeat_due",
     )
 
@@ -473,12 +479,9 @@ class Connection:
         # silence counts only while the bridge reads (STOMP 1.1 heart-beats are the client's
         # duty only towards a server that reads them; the plugin pauses its check likewise).
         self.reading_since: float | None = self.last_read
-        # The live timer of each kind ("connect", "send", "check"): a rescheduled
-        # timer replaces its predecessor, so a long-lived connection holds three at most.
+        # The live heart-beat timer: a rescheduled timer replaces its predecessor.
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._abort: asyncio.TimerHandle | None = None  # a closed link's deadline to drain
-        self._logging_in = False  # a CONNECT arrived: connect_timeout no longer applies
-        self._held_job: object = None  # the job of a frame _on_data handled, for the loop to run
         # Heart-beats (_start_heartbeats): the send tick's period (half the interval), next
         # deadline and the last write it saw; the check's limit, kind and next deadline; the
         # deadline the one heart-beat timer is armed for.
@@ -493,81 +496,55 @@ class Connection:
             rules,
             pool,
             counters,
-            self._close,
+            write=self._write,
+            close_transport=self._close,
             open_timeout=settings.amqp_connect_timeout,
+            writable=link.writable,
+            wait_writable=WriteGate(link),
+            on_open=self._opened,
             peer=self.peer,
             peer_name=name,
-            flush_writes=self._flush_out,
-            wait_writable=WriteGate(link),
             credentials=credentials,
             peer_cert=peer_cert,
             security=security,
             throttle=throttle,
             tracing=tracing,
         )
-        # Frames the core writes are coalesced into one socket write. Deliveries and receipts
-        # arrive one at a time from the AMQP side; a syscall each would dominate the delivery
-        # path. The transport loop and the AMQP reader flush at the end of each batch they
-        # handle; the ``call_soon`` covers writes from anywhere else (timers, callbacks).
-        self.core = self.session.core
-        self.core.wakeup = self._wakeup
         if isinstance(link, TcpLink):
-            link.parser = self.core.parser  # a large body is read straight into its buffer
+            link.receiver = self.session  # a large body is read straight into its buffer
 
-    def _wakeup(self) -> None:  # a bound method: a closure here was ~190 bytes of every connection
-        self.loop.call_soon(self._flush_out)
+    def _write(self, frames: list[bytes]) -> None:
+        """The session's frames to the client (coalesced by the session into one write per pass)."""
+        link = self.link
+        if not link.is_closing():
+            self.counters.bytes_out += link.send(frames)
+            self.last_write = self.loop.time()
 
-    def _on_data(self, data: bytes) -> bool | None:
+    def _opened(self) -> None:
+        """Logged in: heart-beats start, and a TCP link hands over what it reads at once."""
+        self._start_heartbeats()
+        if isinstance(self.link, TcpLink):
+            self.link.on_data = self._on_data
+
+    def _on_data(self, data: bytes | memoryview) -> bool | None:
         """A chunk that arrived while the loop waited for one (TcpLink.on_data, once logged in):
-        its frames handled here, and their publishes and answers written, in the event loop's
-        pass that read them. True: the loop must go on from here (a frame's job to run, a write
-        that must wait, more frames than a fair share), the rest of the bytes in the parser;
-        None: not taken (a large chunk, a frame begun earlier, a client that does not read)."""
-        core = self.core
-        parser = core.parser
-        if core.closed or len(data) >= SMALL_CHUNK or parser.buffered or not self.link.writable():
+        its frames handled in the event loop's pass that read them (``Session.receive_now``).
+        True: the loop must go on from here (a frame's job, a write that must wait, more frames
+        than a fair share); None: not taken (a large chunk, a frame begun earlier, a client that
+        does not read)."""
+        session = self.session
+        if session.closed or len(data) >= SMALL_CHUNK or session.frame_begun() or not self.link.writable():
             return None  # the loop reads it (after waiting for the client to take its frames)
         self.last_read = self.loop.time()
-        counters = self.counters
-        counters.bytes_in += len(data)
-        parser.feed(data)
-        frames_in = counters.frames_in
-        handle = self.session.handle
+        self.counters.bytes_in += len(data)
         try:
-            for _ in range(FAIR_SHARE):
-                frame = parser.next_frame()
-                if frame is None:
-                    break
-                command = frame.command
-                frames_in[command if command in CLIENT_COMMANDS else "other"] += 1
-                job = handle(frame)
-                if job is not None:
-                    self._held_job = job
-                    return True
-                if core.closed or len(core.out) >= FAIR_SHARE:
-                    return True
-            else:
-                return True  # a fair share handled: the loop goes on with the rest
-            if not self.session.try_flush():
-                return True
+            return not session.receive_now(data)
         except StompError as exc:  # as the loop's own handling would (it ends the connection)
-            self.session.fail(exc)
-            return True
+            session.fail(exc)
         except Exception as exc:  # noqa: BLE001 - a client's bytes must never kill the bridge
             log.exception("unexpected error handling a STOMP connection")
-            self.session.fail(StompError("Processing error", "Processing error", private=repr(exc)))
-            return True
-        self._flush_out()
-        return False
-
-    def _flush_out(self) -> None:
-        out = self.core.out
-        if not out:
-            return
-        if not self.link.is_closing():
-            self.counters.bytes_out += self.link.send(out)
-            self.last_write = self.loop.time()
-        out.clear()
+            session.fail(StompError("Processing error", "Processing error", private=repr(exc)))
+        return True
 
     async def _until_taken(self) -> None:
         """The client has more than write_buffer_high bytes it has not taken: read none of its
@@ -578,7 +555,7 @@ class Connection:
         and never read drove the bridge's memory up without bound (about 29 bytes of ERROR per
         byte of junk). The client's silence meanwhile is the bridge's (``reading_since`` None).
         """
-        self._flush_out()
+        self.session.flush_out()
         link = self.link
         if link.writable() or link.is_closing():
             return
@@ -589,7 +566,7 @@ class Connection:
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
-        self._flush_out()
+        self.session.flush_out()
         link = self.link
         if not link.is_closing():
             link.close()
@@ -616,29 +593,23 @@ class Connection:
                 self._abort.cancel()
 
     async def run(self) -> None:
+        """Read the client's bytes and hand them to the session until the connection ends."""
         session = self.session
-        core = self.core
-        parser = core.parser
         counters = self.counters
-        frames_in = counters.frames_in
         read = self.link.read
-        debug = log.isEnabledFor(logging.DEBUG)
         link = self.link
         started = self.loop.time()
-        self._timers["connect"] = self.loop.call_later(self.settings.connect_timeout, self._connect_timeout)
-        handled = 0
+        session.start()
         try:
-            while not core.closed:
+            while not session.closed:
                 if not link.writable():
                     await self._until_taken()
-                    if core.closed:
+                    if session.closed:
                         break
                 if self._initial:
                     data, self._initial = self._initial, b""
                 else:
                     self.reading_since = self.loop.time()
-                    # Not held while the client is idle: the last frame, its finished job (~1 kB)
-                    frame = job = None  # type: ignore[assignment]
                     data = await read()
                     self.reading_since = None
                 if data is FED:  # _on_data took the bytes (their first frames are handled), or
@@ -648,51 +619,13 @@ class Connection:
                         link.filled = 0  # type: ignore[attr-defined]
                         counters.bytes_in += filled
                         self.last_read = self.loop.time()
-                    job, self._held_job = self._held_job, None
-                    if job is not None:
-                        await session.run(job)
+                    await session.receive()
                 elif not data:
                     break
                 else:
                     self.last_read = self.loop.time()
                     counters.bytes_in += len(data)
-                    parser.feed(data)
-                while not core.closed:
-                    frame = parser.next_frame()
-                    if frame is None:
-                        break
-                    handled += 1
-                    if handled % FAIR_SHARE == 0:
-                        # A chunk can hold thousands of frames: let other clients in meanwhile.
-                        await session.flush()
-                        self._flush_out()
-                        if link.writable():
-                            await asyncio.sleep(0)
-                        else:
-                            await self._until_taken()
-                    # The client names the command: anything but STOMP's own is "other" (a label
-                    # per invented command would grow /metrics without bound).
-                    frames_in[frame.command if frame.command in CLIENT_COMMANDS else "other"] += 1
-                    if debug:
-                        log_frame(log, "in", self.core.peer_name, frame.command, frame.headers, frame.body)
-                    connected_before = session.amqp is not None
-                    if not connected_before and (
-                        frame.command in LOGIN_COMMANDS or self.settings.implicit_connect
-                    ):
-                        # From here amqp_connect_timeout bounds the wait; other frames before
-                        # login get "Illegal command" and leave connect_timeout running.
-                        self._logging_in = True
-                    job = session.handle(frame)
-                    if job is not None:
-                        await session.run(job)
-                    if not connected_before and session.amqp is not None:
-                        self._start_heartbeats()
-                        if not debug and isinstance(link, TcpLink):
-                            link.on_data = self._on_data
-                    if len(core.out) >= FAIR_SHARE:  # one frame's answers (a COMMIT's): as many
-                        await self._until_taken()
-                await session.flush()
-                self._flush_out()
+                    await session.receive(data)
         except StompError as exc:
             session.fail(exc)
         except (ConnectionError, OSError):
@@ -702,22 +635,11 @@ class Connection:
             session.fail(StompError("Processing error", "Processing error", private=repr(exc)))
         finally:
             self._close()
-            parser.clear()  # a frame in progress, freed now rather than by the garbage collector
             await session.close()
             await self._link_gone()
-            reason = self.core.close_reason or "client closed"
+            reason, extra = session.ended()
             counters.connections_closed[reason] += 1
-            log.info(
-                "connection closed",
-                extra={
-                    "peer": self.core.peer_name,
-                    "user": self.core.user,
-                    "vhost": self.core.vhost,
-                    "seconds": round(self.loop.time() - started, 3),
-                    "reason": reason,
-                    "detail": self.core.close_detail,
-                },
-            )
+            log.info("connection closed", extra={**extra, "seconds": round(self.loop.time() - started, 3)})
 
     async def shut_down(self) -> None:
         """Stop reading the client, let held receipts go out, then ERROR and close."""
@@ -726,22 +648,10 @@ class Connection:
         await self.session.receipts_sent()
         self.session.fail(SHUTDOWN)
 
-    def _connect_timeout(self) -> None:
-        if self.session.amqp is None and not self.core.closed and not self._logging_in:
-            self.session.fail(
-                ProtocolError(
-                    "Connect timeout",
-                    f"No CONNECT frame within {self.settings.connect_timeout:g} seconds",
-                )
-            )
-
     # -- heart-beats (STOMP 1.1 §Heart-beating) ------------------------------------
 
     def _start_heartbeats(self) -> None:
-        connect = self._timers.pop("connect", None)
-        if connect is not None:  # logged in: _connect_timeout has nothing left to do (~400 bytes)
-            connect.cancel()
-        send_ms, recv_ms = self.core.heartbeat
+        send_ms, recv_ms = self.session.heartbeat
         now = self.loop.time()
         if send_ms:
             self._beat_every = send_ms / 1000 / 2
@@ -768,14 +678,14 @@ class Connection:
         self._timers["heartbeat"] = self.loop.call_at(due, self._heartbeat)
 
     def _heartbeat(self) -> None:
-        if self.core.closed:
+        if self.session.closed:
             return
         due = self._heartbeat_due
         beat_at = self._beat_at
         if beat_at is not None and beat_at <= due:
             self._beat()
         check_at = self._check_at
-        if check_at is not None and check_at <= due and not self.core.closed:
+        if check_at is not None and check_at <= due and not self.session.closed:
             if not self._check():
                 return  # the connection failed: no more heart-beats
         self._arm_heartbeat()
@@ -787,8 +697,7 @@ class Connection:
         nearly twice the interval: a client that checks strictly keeps the connection."""
         since = self._beat_since
         if since is None or self.last_write <= since:
-            self.core.emit(b"\n")
-            self._flush_out()  # at once: last_write is then this beat's, not a frame's
+            self.session.send_heartbeat()  # at once: last_write is then this beat's, not a frame's
         self._beat_since = self.last_write
         self._beat_at = self.loop.time() + self._beat_every
 
@@ -808,7 +717,7 @@ class Connection:
                 error = ProtocolError(
                     "Heart-beat timeout",
                     f"Nothing received from the client for {silent:.1f} s "
-                    f"(agreed heart-beat {self.core.heartbeat[1]} ms)",
+                    f"(agreed heart-beat {self.session.heartbeat[1]} ms)",
                 )
             else:
                 error = ProtocolError(

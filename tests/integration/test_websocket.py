@@ -283,7 +283,7 @@ def test_http_basic_auth_is_the_login_when_enabled(ws_bridge, ws_user):
         ws.send("CONNECT\naccept-version:1.2\nhost:/\nlogin:nobody\npasscode:wrong\n\n\0")
         assert command_of(ws.recv(timeout=LOGIN_TIMEOUT)) == "CONNECTED"
         assert server._server is not None
-        assert [c.core.user for c in server._server._connections.values()] == [name]
+        assert [c.session.ended()[1]["user"] for c in server._server._connections.values()] == [name]
     with open_ws(server, additional_headers=basic(name, "not-it")) as ws:
         ws.send(CONNECT)  # right guest credentials in CONNECT do not help
         received, _ = recv_until_closed(ws)

@@ -13,14 +13,14 @@ from collections import deque
 import pytest
 
 from stomp_bridge.core import plans as p
-from stomp_bridge.core.context import CLOSED, FAILING, LOGIN, OPEN
-from stomp_bridge.core.state import TRANSITIONS
+from stomp_bridge.core import state as machine_state
+from stomp_bridge.core.state import CLOSED, FAILING, LOGIN, OPEN
 from stomp_bridge.core.subscribe import RESUBSCRIBE_FIRST_DELAY, retry_delay
 from stomp_bridge.protocol.errors import AccessRefused
 from testkit.core import Harness, refusal
 from tests.tokens import token
 
-COMMANDS = sorted(TRANSITIONS)
+COMMANDS = sorted(machine_state.ACTIONS[OPEN])
 
 
 def connected(**rules: object) -> Harness:
@@ -42,12 +42,21 @@ def test_before_connect_every_other_command_is_an_illegal_command_and_the_connec
     assert h.plans == []
 
 
-@pytest.mark.parametrize("command", ["SEND", "SUBSCRIBE", "BEGIN", "DISCONNECT", "FOO"])
-def test_before_connect_with_implicit_connect_a_frame_logs_in_first(command):
+@pytest.mark.parametrize("command, then", [
+    ("SEND", p.Publish), ("SUBSCRIBE", p.Consume), ("DISCONNECT", p.Disconnect), ("UNSUBSCRIBE", None),
+    ("FOO", None),
+])
+def test_before_connect_with_implicit_connect_a_frame_logs_in_first_then_is_handled(command, then):
     h = Harness(implicit_connect=True)
-    h.frame(command, {"destination": "/queue/q", "transaction": "t", "id": "1"})
+    h.frame(command, {"destination": "/queue/q", "id": "1", "receipt": "r"})
     assert [type(plan) for plan in h.plans[:2]] == [p.ResolveSecurity, p.OpenAmqp]
-    assert "CONNECTED" not in h.commands()  # the plugin sends none for an implicit connect
+    frames = h.frames()
+    assert "CONNECTED" not in [f.command for f in frames]  # the plugin sends none for an implicit connect
+    if then is not None:  # the frame itself, after the login
+        assert h.of(then), h.plans
+    else:  # its own answer: an unknown subscription, an unknown command
+        assert [f.headers["message"] for f in frames] == [
+            "No subscription found" if command == "UNSUBSCRIBE" else "Bad command"]
 
 
 @pytest.mark.parametrize("command", ["CONNECT", "STOMP"])
@@ -81,12 +90,35 @@ def test_a_failing_or_closed_connection_reads_no_frame(state, command):
     assert h.frames() == [] and len(h.plans) == before
 
 
-def test_the_table_names_a_handler_for_every_client_command_in_both_states():
+def test_the_table_names_a_handler_for_every_client_command_in_every_state():
     from stomp_bridge.core.machine import HANDLERS
     from stomp_bridge.protocol.frames import CLIENT_COMMANDS
 
-    assert set(TRANSITIONS) == set(CLIENT_COMMANDS)
-    assert all(name in HANDLERS for pair in TRANSITIONS.values() for name in pair)
+    assert set(machine_state.ACTIONS) == set(machine_state.STATES) == set(machine_state.OTHERWISE)
+    assert set(machine_state.ACTIONS[LOGIN]) == set(machine_state.ACTIONS[OPEN]) == set(CLIENT_COMMANDS)
+    assert machine_state.ACTIONS[FAILING] == machine_state.ACTIONS[CLOSED] == {} and machine_state.OTHERWISE[FAILING] is machine_state.OTHERWISE[CLOSED] is None
+    named = {machine_state.action(state, command) for state in machine_state.STATES for command in (*CLIENT_COMMANDS, "FOO")}
+    assert named - {None} <= set(HANDLERS)
+
+
+def test_every_move_of_the_machine_and_no_other():
+    assert machine_state.move(LOGIN, "logged_in") is OPEN
+    assert machine_state.move(OPEN, "refused") is machine_state.move(FAILING, "refused") is FAILING
+    assert {machine_state.move(state, "closed") for state in (LOGIN, OPEN, FAILING)} == {CLOSED}
+    for state, event in [(OPEN, "logged_in"), (CLOSED, "closed"), (LOGIN, "refused"), (CLOSED, "logged_in")]:
+        with pytest.raises(KeyError):
+            machine_state.move(state, event)
+
+
+def test_the_connection_moves_through_the_table_only():
+    h = connected()
+    assert h.core.state is OPEN
+    h.frame("SEND", {"destination": "/queue/q"})
+    h.frame("SEND", {"destination": "/queue/q", "receipt": "r", "mandatory": "true"})
+    h.return_("", "q")  # the ERROR waits for the confirm of the SEND before
+    assert h.core.state is FAILING
+    h.confirm(1)
+    assert h.core.state is CLOSED and h.closes == 1
 
 
 # -- CONNECT --------------------------------------------------------------------------------
@@ -126,8 +158,8 @@ def test_a_jwt_passcode_sets_the_token_timer_at_its_expiry():
     h = Harness()
     h.now = time.time()
     h.connect(login="u", passcode=token("u", expires_in=60))
-    [timer] = h.of(p.SetTimer)
-    assert timer.name == "token" and timer.delay == pytest.approx(60, abs=1)
+    [timer] = [t for t in h.of(p.SetTimer) if t.name == "token"]
+    assert timer.delay == pytest.approx(60, abs=1)
     h.core.timer_fired("token")
     [error] = h.frames()
     assert error.headers["message"] == "Credential expired" and h.core.state is CLOSED

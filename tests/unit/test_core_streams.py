@@ -9,7 +9,7 @@ harness stands in for RabbitMQ (``Harness.streams``: what IsStream finds).
 from __future__ import annotations
 
 from stomp_bridge.core import plans as p
-from stomp_bridge.core.context import CLOSED, OPEN
+from stomp_bridge.core.state import CLOSED, OPEN
 from stomp_bridge.protocol.refusals import channel_died_body
 from testkit.core import Harness
 
