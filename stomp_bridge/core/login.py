@@ -90,17 +90,6 @@ def requested_vhost(settings: Rules, headers: Mapping[str, str], policy: PeerPol
     return vhost_for(settings, headers.get("host", settings.default_vhost))
 
 
-def falls_back(settings: Rules, vhost: str, error: AccessRefused) -> bool:
-    """``unknown_host_default_vhost`` (opt-in): a host that is not in ``host_vhosts`` and that
-    RabbitMQ refused as a vhost logs in to ``default_vhost`` instead."""
-    return (
-        settings.unknown_host_default_vhost
-        and vhost != settings.default_vhost
-        and vhost not in settings.host_vhosts.values()
-        and error.detail.startswith("Virtual host")
-    )
-
-
 def negotiate_heartbeat(header: str, minimum: float = 0.0, maximum: float = 0.0) -> tuple[int, int]:
     """(server sends every, server expects every) ms from the client's ``heart-beat: cx,cy``:
     the bridge sends every cy and expects every cx, in whole seconds as the plugin rounds them
@@ -168,7 +157,9 @@ def server_header(broker_version: str, bridge_version: str) -> str:
 
 
 def fallback_vhost(settings: Rules, vhost: str) -> str | None:
-    """The vhost to log in to instead if RabbitMQ refuses ``vhost`` (see :func:`falls_back`)."""
+    """``unknown_host_default_vhost`` (opt-in): the vhost to log in to instead if RabbitMQ refuses
+    ``vhost`` as a vhost (``vhost_refused``): ``default_vhost``, for a host that is not it and
+    not one ``host_vhosts`` maps to; None otherwise."""
     if (
         settings.unknown_host_default_vhost
         and vhost != settings.default_vhost

@@ -78,7 +78,7 @@ class Session:
     __slots__ = (
         "core", "amqp", "pool", "counters", "_open_timeout", "_write", "_writable", "_wait_writable",
         "_on_open", "_security", "_peer_cert", "_throttle", "_tasks", "_timers", "_tracer", "_pending",
-        "_clock", "_open_channel", "_share",
+        "_clock", "_open_channel", "_share", "_runners",
     )
 
     def __init__(
@@ -103,7 +103,11 @@ class Session:
         timers: Timers = LOOP_TIMERS,
         open_channel: Callable[..., Awaitable[SessionChannel]] = AmqpSession.open,
         core: StompCore | None = None,
+        runners: dict[type, Callable[[Session, Any], Awaitable[Any]]] | None = None,
     ) -> None:
+        """``timers``, ``open_channel``, ``core`` and ``runners`` (the table plans run through,
+        :data:`RUNNERS`) are where a test stands in for time, RabbitMQ and the plans' outcomes
+        (``testkit.core.Harness``)."""
         trace = None
         if log.isEnabledFor(logging.DEBUG):
             def trace(direction: str, frame: Frame) -> None:
@@ -131,6 +135,7 @@ class Session:
         self._open_channel = open_channel
         self._pending: Any = None  # receive_now's job for receive() to run (or YIELD)
         self._share = 0  # frames receive() handled since it last gave the event loop back
+        self._runners = RUNNERS if runners is None else runners
         # OpenTelemetry spans (the tracing setting): the core tells the tracer what happens
         self._tracer = None if tracing is None else tracing.connection(self.core.peer_name)
         self.core.observer = self._tracer
@@ -282,7 +287,7 @@ class Session:
         plan = job.first
         while plan is not None:
             try:
-                result = await RUNNERS[type(plan)](self, plan)
+                result = await self._runners[type(plan)](self, plan)
             except StompError as exc:
                 plan = job.advance(None, exc)
             else:

@@ -199,8 +199,7 @@ def test_ack_auto_stores_the_newest_offset_once_per_interval_and_at_disconnect()
     [timer] = timers(h)
     assert (timer.name, timer.delay) == ("offset:T_r", resume.STORE_INTERVAL)
     assert stores(h) == []
-    h.core.timer_fired(timer.name)
-    h.pump()
+    h.advance(resume.STORE_INTERVAL)
     assert stores(h) == [b"2"]
     delivered(h, 3)
     assert len(timers(h)) == 2

@@ -69,13 +69,13 @@ def test_vhost_comes_from_host_through_host_vhosts():
 
 
 def test_unknown_host_falls_back_only_when_enabled_and_refused_as_a_vhost():
-    refused = AccessRefused("Bad CONNECT", "Virtual host 'x' access denied")
     on = _settings(unknown_host_default_vhost=True, host_vhosts={"h": "mapped"})
-    assert login.falls_back(on, "x", refused)
-    assert not login.falls_back(_settings(), "x", refused)
-    assert not login.falls_back(on, "/", refused)  # already the default vhost
-    assert not login.falls_back(on, "mapped", refused)  # configured on purpose
-    assert not login.falls_back(on, "x", AccessRefused("Bad CONNECT", "Access refused for user 'u'"))
+    assert login.fallback_vhost(on, "x") == "/"
+    assert login.fallback_vhost(_settings(), "x") is None
+    assert login.fallback_vhost(on, "/") is None  # already the default vhost
+    assert login.fallback_vhost(on, "mapped") is None  # configured on purpose
+    assert login.vhost_refused(AccessRefused("Bad CONNECT", "Virtual host 'x' access denied"))
+    assert not login.vhost_refused(AccessRefused("Bad CONNECT", "Access refused for user 'u'"))
 
 
 @pytest.mark.parametrize(
