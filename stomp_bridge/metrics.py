@@ -48,7 +48,7 @@ BRIDGE_ERRORS = frozenset({
     "Missing destination or id", "Missing frame terminator", "Missing header",
     "Missing transaction", "No subscription found", "Not connected", "Processing error",
     "Selector not supported on shared queues", "Server cancelled subscription", "Server shutdown",
-    "Subscription not found", "Token refused", "Too many headers", "Too many subscriptions",
+    "Subscription not found", "Token refused", "Too many connections", "Too many headers", "Too many subscriptions",
     "Transaction limit exceeded",
     "Transaction too large", "Unknown destination", "Unroutable message", "Unsupported browser-end",
     "Unsupported content type", "Untrusted PROXY protocol peer", "Version mismatch",

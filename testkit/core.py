@@ -62,7 +62,8 @@ class FakeChannel:
             h.opening = asyncio.get_running_loop().create_future()
             await h.opening
 
-    def publish(self, exchange: str, routing_key: str, properties: dict, body: bytes, mandatory: bool = False) -> None:
+    def publish(self, exchange: str, routing_key: str, properties: dict, body: bytes,
+                mandatory: bool = False) -> None:
         plan = p.Publish(exchange, routing_key, properties, body, mandatory)
         h = self.h
         h.plans.append(plan)

@@ -54,7 +54,6 @@ class SessionChannel(Protocol):
     broker_version_text: str  # RabbitMQ's version, as its server properties say it
     dialect: Dialect  # the plugin rules of that version
     frame_max: int  # the largest frame RabbitMQ takes on this channel's connection (its tune)
-    publish_seq: int  # the number the last ``publish`` returned (0 before any)
 
     def listen(self, events: ChannelEvents, writable: Callable[[], Awaitable[None]] | None = None) -> None:
         """Send every event to ``events`` from now on. ``writable`` returns once the client's
@@ -72,8 +71,8 @@ class SessionChannel(Protocol):
 
     def publish(
         self, exchange: str, routing_key: str, properties: dict[str, Any], body: bytes, mandatory: bool = False,
-    ) -> int:
-        """Queue a publish; its confirm sequence number (1, 2, 3 … per session)."""
+    ) -> None:
+        """Queue a publish (RabbitMQ confirms them 1, 2, 3 … per session, as the core numbers them)."""
 
     def ack(self, delivery_tag: int, multiple: bool = False) -> None: ...
 

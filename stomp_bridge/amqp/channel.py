@@ -65,7 +65,7 @@ class AmqpSession:
     """The channel that serves one STOMP connection, on a shared AMQP connection."""
 
     __slots__ = (
-        "pool", "shared", "channel", "broker_version_text", "dialect", "frame_max", "publish_seq",
+        "pool", "shared", "channel", "broker_version_text", "dialect", "frame_max",
         "_main", "_out", "_number", "_credentials", "_separate", "_opening_publisher", "_events", "_closing",
         "_prefetch", "_auto", "_acker", "_rpcs", "_lost", "_consuming", "_browser", "_browsed",
     )
@@ -80,7 +80,6 @@ class AmqpSession:
         version = shared.connection.server_properties.get("version", "0")
         self.broker_version_text = version.decode() if isinstance(version, bytes) else str(version)
         self.dialect = Dialect(version_tuple(self.broker_version_text))  # the plugin rules of this version
-        self.publish_seq = 0  # the broker numbers confirms from 1 on the publishing channel
         self._number = channel.number
         # Where publishes go: this channel's writer, or (separate publishers, see the module
         # docstring) a channel on a publishing connection, opened by ``open_publisher``.
@@ -198,8 +197,9 @@ class AmqpSession:
 
     def publish(
         self, exchange: str, routing_key: str, properties: dict[str, Any], body: bytes, mandatory: bool = False
-    ) -> int:
-        """Queue a publish in the current batch; returns its confirm sequence number.
+    ) -> None:
+        """Queue a publish in the current batch. RabbitMQ numbers the confirms 1, 2, 3 … on the
+        publishing channel, as the core numbers its publishes (``Context.publish``).
 
         ``properties`` are pamqp-named basic properties (see ``codec.py``). ``mandatory``: a
         message no queue takes comes back as ``events.returned``, before its confirm. With
@@ -209,8 +209,6 @@ class AmqpSession:
         if publish_frames(out.batch, out.number, exchange, routing_key, properties, body, out.frame_max, mandatory):
             out.vectored = True
         out.publishes = True
-        self.publish_seq += 1
-        return self.publish_seq
 
     def ack(self, delivery_tag: int, multiple: bool = False) -> None:
         if multiple:  # RabbitMQ counts our pending ack:auto deliveries in this multiple ack

@@ -22,7 +22,7 @@ from stomp_bridge.protocol import features
 from stomp_bridge.protocol import headers as hdr
 from stomp_bridge.protocol.connect import negotiate_version
 from stomp_bridge.protocol.errors import FrameRejected, ProtocolError, StompError, tp
-from stomp_bridge.protocol.frames import Frame, serialize
+from stomp_bridge.protocol.frames import Frame
 from stomp_bridge.protocol.parser import Limits
 
 _new = tuple.__new__  # a NamedTuple without its Python-level __new__: one per ACK
@@ -34,7 +34,7 @@ def connect(core: Context, frame: Frame, implicit: bool = False) -> Steps:
     """Log in (the decisions are login.py's), then CONNECTED (none for an implicit connect)."""
     core.logging_in = True  # from here amqp_connect_timeout bounds the wait, not connect_timeout
     version = negotiate_version(frame.headers.get("accept-version"))
-    headers = login.connect_headers(frame.headers, version)
+    headers = hdr.trim_headers(frame.headers, version)
     cert_login, core.policy = yield ResolveSecurity(headers, version)
     rules = core.rules
     request = login.login_request(
@@ -60,10 +60,7 @@ def connect(core: Context, frame: Frame, implicit: bool = False) -> Steps:
     server = None if rules.hide_server_info else login.server_header(opened.broker_version_text, __version__)
     out = login.connected_headers(core.session_id, core.heartbeat, version, server)
     core.counters.frames_out["CONNECTED"] += 1
-    connected = Frame("CONNECTED", out)
-    if core.trace is not None:
-        core.trace("out", connected)
-    core.emit(serialize(connected, version, core.eol))
+    core.emit(core.encode("CONNECTED", out))
 
 
 def logged_in(core: Context, opened: Opened, user: str, version: str, heartbeat: tuple[int, int]) -> None:

@@ -33,8 +33,7 @@ from stomp_bridge.core.transactions import Transactions
 from stomp_bridge.protocol import destinations as dest
 from stomp_bridge.protocol import features
 from stomp_bridge.protocol import headers as hdr
-from stomp_bridge.protocol.connect import SUPPORTED_VERSIONS
-from stomp_bridge.protocol.errors import AccessRefused, FrameRejected, StompError
+from stomp_bridge.protocol.errors import AccessRefused, FrameRejected, StompError, error_headers
 from stomp_bridge.protocol.frames import (
     END, END_LF, VECTORED_BODY, Frame, encode_frame, joined, receipt_frame,
 )
@@ -215,16 +214,13 @@ class Context:
         out, self.out = self.out, []
         return out
 
-    def encode(self, frame: Frame, vectored: bool = False) -> bytes:
-        """Server frames; 1.0 clients get the plugin's (1.2) escaping, the only safe choice.
-        ``vectored``: a large body's frame as (head, body, end), its body not copied (the links
-        write it as it is: ``frames.flatten``)."""
+    def encode(self, command: str, headers: dict[str, str], body: bytes = b"", vectored: bool = False) -> bytes:
+        """The one way the core encodes a frame for the client (``frames.encode_frame``, traced at
+        DEBUG): 1.0 clients get the plugin's (1.2) escaping, the only safe choice, and so does a
+        1.1 header with a raw CR, which 1.1 cannot escape. ``vectored``: a large body's frame as
+        (head, body, end), its body not copied (the links write it as it is: ``frames.flatten``)."""
         if self.trace is not None:
-            self.trace("out", frame)
-        return self.encode_parts(frame.command, frame.headers, frame.body, vectored)
-
-    def encode_parts(self, command: str, headers: dict[str, str], body: bytes, vectored: bool = False) -> bytes:
-        """``encode`` of a frame not made into a Frame and not traced (a MESSAGE per delivery)."""
+            self.trace("out", Frame(command, headers, body))
         version = self.version
         try:
             return encode_frame(command, headers, body, "1.2" if version == "1.0" else version, self.eol, vectored)
@@ -232,14 +228,19 @@ class Context:
             return encode_frame(command, headers, body, "1.2", self.eol, vectored)
 
     def deliver(self, headers: dict[str, str], body: bytes, sub: Subscription | None = None) -> None:
-        """One MESSAGE, held with ``sub``'s until its SUBSCRIBE's RECEIPT is out."""
-        self.counters.messages_delivered += 1
-        self.counters.frames_out["MESSAGE"] += 1
-        data = self.encode(Frame("MESSAGE", headers, body), len(body) >= VECTORED_BODY)
+        """One MESSAGE (every MESSAGE: a delivery's, a browse's), held with ``sub``'s until its
+        SUBSCRIBE's RECEIPT is out."""
+        counters = self.counters
+        counters.messages_delivered += 1
+        counters.frames_out["MESSAGE"] += 1
+        data = self.encode("MESSAGE", headers, body, len(body) >= VECTORED_BODY)
         if sub is not None and sub.held is not None:
             sub.held.append(data)
-        else:
-            self.emit(data)
+        else:  # emit(), inlined: per delivery
+            out = self.out
+            if not out and self.wakeup is not None:
+                self.wakeup()
+            out.append(data)
 
     def release_held(self, sub: Subscription) -> None:
         held, sub.held = sub.held, None
@@ -255,9 +256,11 @@ class Context:
             self.queue_receipt(receipt)
 
     def queue_receipt(self, receipt: str, then: Callable[[], None] | None = None) -> None:
+        # receipt_frame: encode's answer for a RECEIPT, made faster (one per receipted SEND;
+        # tests/unit/test_frames.py holds it to encode_frame's)
         data = None if self.trace is not None else receipt_frame(receipt, self.eol)
         if data is None:
-            data = self.encode(Frame("RECEIPT", {"receipt-id": receipt}))
+            data = self.encode("RECEIPT", {"receipt-id": receipt})
         self.counters.frames_out["RECEIPT"] += 1
         ledger = self.ledger
         ledger.receipt(receipt, data, ledger.last, then)
@@ -332,15 +335,6 @@ class Context:
         ``close=False`` (the plugin's non-fatal errors, see ``protocol/errors.py``)."""
         if self.state is CLOSED:
             return
-        headers = {
-            "message": error.message,
-            "content-type": "text/plain",
-            "version": ",".join(SUPPORTED_VERSIONS),
-        }
-        if error.receipt_id is not None:
-            headers["receipt-id"] = error.receipt_id
-        if error.headers:
-            headers.update(error.headers)
         counters = self.counters
         counters.errors[error.message] += 1
         counters.frames_out["ERROR"] += 1
@@ -350,7 +344,7 @@ class Context:
             "stomp error sent",
             extra={"peer": self.peer_name, "error": error.message, "detail": error.detail, "private": error.private},
         )
-        self.emit(self.encode(Frame("ERROR", headers, error.detail.encode("utf-8"))))
+        self.emit(self.encode("ERROR", error_headers(error), error.detail.encode("utf-8")))
         if close:
             self.close(error.message, error.private or error.detail)
 

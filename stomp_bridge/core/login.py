@@ -39,13 +39,6 @@ class LoginRequest:
     heartbeat: tuple[int, int]  # (server sends every, server expects every) ms, whole seconds
 
 
-def connect_headers(headers: dict[str, str], version: str) -> dict[str, str]:
-    """rabbit_stomp_util:trim_headers: 1.0 header values lose leading blanks."""
-    if version == "1.0":
-        return {k: v.lstrip() for k, v in headers.items()}
-    return headers
-
-
 def credentials(
     settings: Rules,
     headers: Mapping[str, str],

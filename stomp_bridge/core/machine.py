@@ -40,20 +40,14 @@ def not_connected(core: Context, frame: Frame) -> Steps:
     yield from commands.connect(core, Frame("CONNECT", {}), implicit=True)
     name = action(core.state, frame.command)
     if name is not None:
-        steps = HANDLERS[name](core, trimmed(core, frame))
+        frame.headers = hdr.trim_headers(frame.headers, core.version)
+        steps = HANDLERS[name](core, frame)
         if steps is not None:
             yield from steps
 
 
 def bad_command(core: Context, frame: Frame) -> None:
     raise FrameRejected("Bad command", f"Could not interpret command {tp(frame.command)}\n")
-
-
-def trimmed(core: Context, frame: Frame) -> Frame:
-    """rabbit_stomp_util:trim_headers: 1.0 header values lose leading blanks."""
-    if core.version == "1.0":
-        frame.headers = {k: v.lstrip() for k, v in frame.headers.items()}
-    return frame
 
 
 HANDLERS: dict[str, Any] = {
@@ -132,7 +126,7 @@ class StompCore(Context):
         if name is None:
             return None  # failing or closed: the client's frames no longer count
         if state is OPEN and self.version == "1.0":
-            trimmed(self, frame)
+            frame.headers = hdr.trim_headers(frame.headers, "1.0")
         try:
             steps = HANDLERS[name](self, frame)
             if steps is None:
@@ -189,21 +183,7 @@ class StompCore(Context):
                 self.spawn(subscribe.grow(self, sub))
         if self.observer is not None:
             self.observer.delivered(sub, delivery_tag, headers, properties)
-        counters = self.counters
-        counters.messages_delivered += 1
-        counters.frames_out["MESSAGE"] += 1
-        vectored = len(body) >= VECTORED_BODY  # (head, body, end): see frames.flatten
-        if self.trace is None:  # no Frame made: per delivery
-            data = self.encode_parts("MESSAGE", headers, body, vectored)
-        else:
-            data = self.encode(Frame("MESSAGE", headers, body), vectored)
-        if sub.held is not None:
-            sub.held.append(data)
-        else:  # emit(), inlined: per delivery
-            out = self.out
-            if not out and self.wakeup is not None:
-                self.wakeup()
-            out.append(data)
+        self.deliver(headers, body, sub)
 
     def confirmed(self, tag: int, multiple: bool, nack: bool) -> None:
         """basic.ack / basic.nack of publish ``tag`` (and all before it if ``multiple``)."""

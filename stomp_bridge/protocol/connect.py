@@ -5,9 +5,10 @@ from __future__ import annotations
 import ipaddress
 
 from stomp_bridge.protocol.errors import ProtocolError
+from stomp_bridge.protocol.frames import VERSIONS
 from stomp_bridge.protocol.integers import parse_int
 
-SUPPORTED_VERSIONS = ("1.0", "1.1", "1.2")
+SUPPORTED_VERSIONS = VERSIONS  # what the bridge speaks: every STOMP version
 
 
 def negotiate_version(accept: str | None) -> str:

@@ -16,6 +16,8 @@ ERROR instead, as STOMP 1.2 says a server MUST.
 
 from __future__ import annotations
 
+from stomp_bridge.protocol.frames import VERSIONS
+
 
 class StompError(Exception):
     """A failure reported to the client as one ERROR frame.
@@ -75,6 +77,18 @@ class AccessRefused(StompError):
 
 class BrokerError(StompError):
     """RabbitMQ closed a channel or connection; ``message`` quotes its reason."""
+
+
+def error_headers(error: StompError) -> dict[str, str]:
+    """An ERROR frame's headers, as the plugin writes them: the message, the versions the server
+    speaks, the failed frame's receipt; also for a connection refused before it has a session
+    (``transport/server.py``)."""
+    headers = {"message": error.message, "content-type": "text/plain", "version": ",".join(VERSIONS)}
+    if error.receipt_id is not None:
+        headers["receipt-id"] = error.receipt_id
+    if error.headers:
+        headers.update(error.headers)
+    return headers
 
 
 def tp(text: str) -> str:

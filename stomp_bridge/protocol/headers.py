@@ -159,6 +159,14 @@ def _reply_to(value: str) -> str:
     return value if value.startswith(DEST_PREFIXES) else REPLY_QUEUE_PREFIX + value
 
 
+def trim_headers(headers: dict[str, str], version: str) -> dict[str, str]:
+    """rabbit_stomp_util:trim_headers: STOMP 1.0 header values lose their leading blanks (1.1
+    and 1.2 keep every byte)."""
+    if version == "1.0":
+        return {k: v.lstrip() for k, v in headers.items()}
+    return headers
+
+
 def message_headers(
     consumer_tag: str,
     session_id: str,

@@ -23,7 +23,8 @@ from stomp_bridge.amqp.endpoints import Endpoints
 from stomp_bridge.core.rules import Rules
 from stomp_bridge.http import OpsServer
 from stomp_bridge.metrics import Metrics
-from stomp_bridge.protocol.frames import END, END_LF, Frame, serialize
+from stomp_bridge.protocol.errors import ProtocolError, StompError, error_headers
+from stomp_bridge.protocol.frames import END, END_LF, encode_frame
 from stomp_bridge.protocol.proxy import (
     ProxyHeaderParser, ProxyInfo, ProxyProtocolError, ProxyTrust, UntrustedProxy,
 )
@@ -305,7 +306,7 @@ class BridgeServer:
         if self.admission.proxy_protocol and ssl_object is None:
             if not self.proxy_trusted(peer):
                 untrusted = UntrustedProxy(peer[0] if peer is not None else None)
-                self._refuse(link, untrusted.message, untrusted.detail)
+                self._refuse(link, untrusted)
                 return
             try:
                 info, initial = await asyncio.wait_for(_read_proxy_header(link), self.timeouts.connect_timeout)
@@ -315,7 +316,7 @@ class BridgeServer:
                     "No PROXY protocol header; proxy_protocol is on, so every connection must come "
                     "through a load balancer that sends one."
                 )
-                self._refuse(link, "Invalid PROXY protocol header", detail)
+                self._refuse(link, ProtocolError("Invalid PROXY protocol header", detail))
                 return
             if info.source is not None:
                 peer = info.source
@@ -356,14 +357,14 @@ class BridgeServer:
         """The limits, then the client's Connection, counted (the caller registers it under its
         task, and releases it with ``_release``); None: refused, its ERROR written."""
         if self._closing:  # accepted just before close() stopped the listeners
-            self._refuse(link, SHUTDOWN.message, SHUTDOWN.detail)
+            self._refuse(link, SHUTDOWN)
             return None
         ip = peer[0] if peer is not None else None
         refusal = self._refusal(ip)
         if refusal is not None:
             limit, detail = refusal
             self.counters.connections_refused[limit] += 1
-            self._refuse(link, "Too many connections", detail)
+            self._refuse(link, ProtocolError("Too many connections", detail))
             return None
         connection = Connection(
             link, self.settings, self.rules, self.counters, self.pool, peer=peer, initial=initial,
@@ -405,10 +406,13 @@ class BridgeServer:
         )
         return False
 
-    def _refuse(self, link: Link, message: str, detail: str) -> None:
-        headers = {"message": message, "content-type": "text/plain"}
+    def _refuse(self, link: Link, error: StompError) -> None:
+        """An ERROR for a connection refused before it has a session (its limits, a PROXY header,
+        the shutdown): the headers a session's ERROR has, counted as a session's are."""
         end = END_LF if self.stomp.trailing_lf else END
-        link.send([serialize(Frame("ERROR", headers, detail.encode()), "1.2", end)])
+        self.counters.errors[error.message] += 1
+        self.counters.frames_out["ERROR"] += 1
+        link.send([encode_frame("ERROR", error_headers(error), error.detail.encode(), "1.2", end)])
         link.close()
 
     @property

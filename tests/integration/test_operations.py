@@ -97,8 +97,11 @@ def test_total_connection_limit_refuses_with_an_error(bridge, dial):
     third = dial(server)
     error = third.error_then_close()
     assert error["message"] == "Too many connections"
+    assert error["version"] == "1.0,1.1,1.2"  # as every ERROR the bridge writes
     assert "2 connections" in error.text
-    assert metric(get(server, "/metrics")[1], "stomp_bridge_connections_refused_total", '{limit="total"}') == 1
+    metrics = get(server, "/metrics")[1]
+    assert metric(metrics, "stomp_bridge_connections_refused_total", '{limit="total"}') == 1
+    assert metric(metrics, "stomp_bridge_errors_total", '{reason="Too many connections"}') == 1
     first.receipt("SEND", {"destination": "/topic/still-fine"}, "x")
 
 

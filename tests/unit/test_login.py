@@ -12,6 +12,7 @@ import pytest
 
 from stomp_bridge.protocol.errors import AccessRefused, ProtocolError
 from stomp_bridge.core import login
+from stomp_bridge.protocol import headers as hdr
 from stomp_bridge.settings import Settings
 from stomp_bridge.swaptacular.certlogin import AmqpLogin
 
@@ -123,8 +124,8 @@ def test_login_request_checks_in_the_plugins_order():
 
 
 def test_version_1_0_headers_lose_leading_blanks():
-    assert login.connect_headers({"login": "  u "}, "1.0") == {"login": "u "}
-    assert login.connect_headers({"login": "  u "}, "1.2") == {"login": "  u "}
+    assert hdr.trim_headers({"login": "  u "}, "1.0") == {"login": "u "}
+    assert hdr.trim_headers({"login": "  u "}, "1.2") == {"login": "  u "}
 
 
 def test_the_throttle_refusal_says_when_to_retry():
