@@ -253,7 +253,7 @@ class AmqpSession:
         if events is not None:
             events.delivered(delivery)
         auto = self._auto
-        if delivery[0] in auto.consumers:  # AutoAck.delivered, inlined: the per-delivery path
+        if delivery[0] in auto.consumers:  # AutoAck.delivered, inlined (per delivery; held to it: test_amqp_channel)
             auto.pending.append(delivery[1])
 
     def _returned(self, reply_code: int, reply_text: str, exchange: str, routing_key: str) -> None:

@@ -282,7 +282,7 @@ class BulkFrameReceiver(internals.FrameReceiver):
             target = direct.get(channel) if channel else None
             if target is not None:
                 pending = target.pending
-                if pending is not None and frame_type == 3:  # a message's body: _direct's part, inlined
+                if pending is not None and frame_type == 3:  # a message's body: _direct's part, inlined (held to it: test_amqp_reader's splits)
                     body = pending[3]
                     if type(body) is bytearray:  # a large body: this frame's bytes to their place
                         due = pending[2]

@@ -64,7 +64,7 @@ class Unacked:
         return len(self.by_tag)
 
     def delivered(self, delivery_tag: int, sub: Subscription) -> None:
-        """(StompCore.delivered does the same inline, once per delivery.)"""
+        """A delivery ``sub``'s client must settle."""
         self.by_tag[delivery_tag] = sub
         sub.unacked += 1
 

@@ -236,7 +236,7 @@ class Context:
         data = self.encode("MESSAGE", headers, body, len(body) >= VECTORED_BODY)
         if sub is not None and sub.held is not None:
             sub.held.append(data)
-        else:  # emit(), inlined: per delivery
+        else:  # emit(), inlined: per delivery (test_session holds both to one write a pass)
             out = self.out
             if not out and self.wakeup is not None:
                 self.wakeup()

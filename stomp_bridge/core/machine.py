@@ -174,8 +174,7 @@ class StompCore(Context):
         if sub.position is not None:
             resume.delivered(self, sub, delivery_tag, headers)
         if sub.ack:
-            self.unacked.by_tag[delivery_tag] = sub  # Unacked.delivered, inlined: per delivery
-            sub.unacked += 1
+            self.unacked.delivered(delivery_tag, sub)
             if sub.watch_stream:
                 streams.delivered(self, tag, delivery_tag, properties)
             if sub.window and not sub.growing and sub.window_full():

@@ -192,7 +192,7 @@ def message_headers(
     ``destination``), the first one wins, as a STOMP client reads it.
     """
     if consumer_tag.startswith(INTERNAL_TAG_PREFIX):
-        out = {"subscription": consumer_tag[_TAG_PREFIX_LENGTH:]}  # tag_name, inlined: per delivery
+        out = {"subscription": consumer_tag[_TAG_PREFIX_LENGTH:]}  # tag_name, inlined (per delivery; held to it: test_headers)
     else:
         out = {}
     message_id = f"{consumer_tag}@@{session_id}@@{delivery_tag}"

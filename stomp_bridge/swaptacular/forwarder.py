@@ -215,14 +215,7 @@ async def _next_frame(reader: asyncio.StreamReader, parser: FrameParser) -> Fram
 
 async def _read_frames(reader: asyncio.StreamReader, parser: FrameParser) -> list[Frame]:
     """Every frame complete after the next read (at least one)."""
-    frames: list[Frame] = []
-    while not frames:
-        frame = parser.next_frame()
-        while frame is not None:
-            frames.append(frame)
-            frame = parser.next_frame()
-        if frames:
-            break
+    while not (frames := parser.frames()):
         data = await reader.read(65536)
         if not data:
             raise ForwardError("the peer closed the connection")

@@ -276,6 +276,20 @@ async def test_nothing_is_written_on_a_channel_rabbitmq_closed() -> None:
 
 # -- ack:auto: the bridge acks for a client that keeps up -----------------------------------------
 
+async def test_the_channels_deliveries_leave_what_autoack_delivered_would_pending() -> None:
+    """The channel's per-delivery path inlines AutoAck.delivered: held to it, delivery by delivery."""
+    from stomp_bridge.amqp.autoack import AutoAck
+
+    amqp, rabbit, _ = await session(auto_ack_window=100)
+    await amqp.consume("q", "T_auto", no_ack=True)
+    await amqp.consume("q2", "T_client", no_ack=False)
+    reference = AutoAck(100)
+    reference.add_consumer("T_auto")
+    for tag, number in [("T_auto", 1), ("T_client", 2), ("T_auto", 3), ("T_other", 4)]:
+        deliver(rabbit, amqp.channel.number, tag, number)
+        reference.delivered(tag, number)
+        assert amqp._auto.pending == reference.pending  # noqa: SLF001 - the state the two keep
+
 async def test_ack_auto_is_consumed_with_manual_acks_and_a_window_acked_by_the_bridge() -> None:
     amqp, rabbit, _ = await session(auto_ack_window=4)  # a quarter of the window: one delivery
     await amqp.consume("q", "T_auto", no_ack=True)

@@ -414,3 +414,14 @@ def test_tag_name_cuts_either_prefix():
     without = subscribe_consumer_tag({"destination": "/queue/a"})
     assert (tag_name(with_id), has_subscription_id(with_id)) == ("s-1", True)
     assert (tag_name(without), has_subscription_id(without)) == ("/queue/a", False)
+
+
+@given(st.text(max_size=40), st.integers(1, 2**40))
+def test_a_messages_subscription_header_is_tag_names_answer(tag, delivery_tag):
+    """message_headers inlines tag_name (per delivery): held to it for any consumer tag."""
+    from stomp_bridge.protocol import headers as hdr
+
+    for consumer_tag in (tag, hdr.INTERNAL_TAG_PREFIX + tag, hdr.QUEUE_TAG_PREFIX + tag):
+        out = hdr.message_headers(consumer_tag, "s", delivery_tag, "", "q", False, {})
+        expected = hdr.tag_name(consumer_tag) if hdr.has_subscription_id(consumer_tag) else None
+        assert out.get("subscription") == expected
