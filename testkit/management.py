@@ -22,6 +22,9 @@ from typing import Any
 DEFAULT_API = "http://127.0.0.1:15672/api"
 
 
+SERVER_ERROR_ATTEMPTS = 5
+
+
 class Management:
     def __init__(self, api_url: str = DEFAULT_API, user: str = "guest", password: str = "guest",
                  timeout: float = 10.0) -> None:
@@ -31,19 +34,28 @@ class Management:
         self.timeout = timeout
 
     def request(self, method: str, path: str, body: Any = None) -> Any:
-        """The decoded JSON answer (``{}`` when empty), ``None`` on 404; other HTTP errors raise."""
+        """The decoded JSON answer (``{}`` when empty), ``None`` on 404; other HTTP errors raise.
+
+        A 500 or 503 is asked again (a few times, a moment apart): the management plugin answers
+        so now and then while its statistics are being collected on a busy node (seen on 4.3.6
+        here, between two answers of 200 a second apart)."""
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.base + path, data=data, method=method)
-        req.add_header("Authorization", self.auth)
-        req.add_header("Content-Type", "application/json")
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                raw = resp.read()
-        except urllib.error.HTTPError as exc:
-            if exc.code == 404:
-                return None
-            raise
-        return json.loads(raw) if raw else {}
+        for attempt in range(SERVER_ERROR_ATTEMPTS):
+            req = urllib.request.Request(self.base + path, data=data, method=method)
+            req.add_header("Authorization", self.auth)
+            req.add_header("Content-Type", "application/json")
+            try:
+                with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                    raw = resp.read()
+            except urllib.error.HTTPError as exc:
+                if exc.code == 404:
+                    return None
+                if exc.code in (500, 503) and attempt + 1 < SERVER_ERROR_ATTEMPTS:
+                    time.sleep(0.25 * (attempt + 1))
+                    continue
+                raise
+            return json.loads(raw) if raw else {}
+        raise AssertionError("unreachable")
 
     @staticmethod
     def q(text: str) -> str:

@@ -69,7 +69,8 @@ def logged_in(core: Context, opened: Opened, user: str, version: str, heartbeat:
     rules = core.rules
     core.state = move(core.state, "logged_in")
     core.user, core.vhost = user, opened.vhost
-    core.dest_rules = dest.DestinationRules(rules.default_topic_exchange, opened.dialect, rules.headers_bindings)
+    core.dest_rules = dest.DestinationRules(
+        rules.default_topic_exchange, opened.dialect, rules.headers_bindings, opened.vhost)
     core.frame_max = opened.frame_max
     core.version = version
     # The plugin's codec unescapes every frame with 1.2 rules whatever the version, and

@@ -25,6 +25,7 @@ from typing import Any, Mapping
 
 from stomp_bridge.protocol.dialect import NEWEST, Dialect
 from stomp_bridge.protocol.arguments import QUEUE_ARGUMENTS, binding_arguments, queue_arguments
+from stomp_bridge.protocol import refusals
 from stomp_bridge.protocol.errors import FrameRejected, InvalidDestination, processing_error
 
 EXCHANGE = "exchange"
@@ -333,6 +334,7 @@ def queue_declare(
     headers: Mapping[str, str],
     arguments: dict[str, Any],
     dialect: Dialect = NEWEST,
+    vhost: str = "/",
 ) -> QueueDeclare:
     """durable/auto_delete/exclusive for a queue behind ``kind``, from headers over per-kind defaults.
 
@@ -374,6 +376,8 @@ def queue_declare(
         auto_delete = bool(params["auto_delete"])
     if dialect.replicated_queues_durable and arguments.get("x-queue-type") in ("quorum", "stream"):
         durable, exclusive = True, False
+    if arguments.get("x-queue-type") == "stream" and "x-max-age" in arguments:
+        refusals.check_max_age(queue, vhost, arguments["x-max-age"])
     return QueueDeclare(queue, durable, auto_delete, exclusive, arguments, once_per_session=kind == QUEUE)
 
 
@@ -412,6 +416,7 @@ class DestinationRules:
     dialect: Dialect = NEWEST
     # /exchange/ SUBSCRIBEs with x-match bind with arguments (settings.headers_bindings)
     headers_bindings: bool = False
+    vhost: str = "/"  # the session's, for RabbitMQ's words in a refusal decided here
     # the x- headers that are queue arguments on this broker (the dialect's, looked up once)
     argument_names: frozenset[str] = field(init=False, compare=False, repr=False)
 
@@ -442,7 +447,7 @@ class DestinationRules:
             raise _not_for(dest, "SEND")
         plan = None
         if dest.kind == QUEUE and declare:
-            plan = queue_declare(QUEUE, dest.name, headers, arguments, self.dialect)
+            plan = queue_declare(QUEUE, dest.name, headers, arguments, self.dialect, self.vhost)
         exchange, routing_key = dest.routing(self.default_topic_exchange)
         return SendTarget(exchange, routing_key, plan)
 
@@ -467,7 +472,7 @@ class DestinationRules:
         if kind == TEMP_QUEUE:
             raise _not_for(dest, "SUBSCRIBE")
         if kind in (TOPIC, EXCHANGE):
-            decl = queue_declare(kind, "", headers, arguments, self.dialect)
+            decl = queue_declare(kind, "", headers, arguments, self.dialect, self.vhost)
             routing_name = dest.name if kind == TOPIC else dest.pattern or ""
             if has_durable_header(headers):
                 sub_id: str | bytes | None = headers.get("id")
@@ -482,7 +487,7 @@ class DestinationRules:
             return SubscribePlan(name, decl, (exchange, key), delete_on_failure=True, binding_arguments=bind_with)
         plan = None
         if kind == QUEUE and declare:
-            plan = queue_declare(QUEUE, dest.name, headers, arguments, self.dialect)
+            plan = queue_declare(QUEUE, dest.name, headers, arguments, self.dialect, self.vhost)
         return SubscribePlan(dest.name, plan, None, delete_on_failure=False)
 
 

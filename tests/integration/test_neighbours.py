@@ -252,3 +252,27 @@ def test_a_topic_whose_retained_queue_a_client_made_a_stream(bridge, dial, queue
     sender.receipt("SEND", {"destination": f"/topic/nb-n-{unique}"}, b"still here")
     for conn in others:
         assert conn.expect("MESSAGE", timeout=10).body == b"still here"
+
+
+# -- found by the isolation fuzzer: a stream's x-max-age RabbitMQ 4.0 crashes on ------------------
+
+
+@pytest.mark.parametrize("max_age", ["bogus", "-1h"])
+def test_a_stream_declared_with_an_x_max_age_rabbitmq_cannot_read(shared, dial, neighbours, broker, queues, unique,
+                                                                  max_age):
+    name = f"nb-age-{unique}"
+    queues.append(name)
+    attacker = dial(shared)
+    attacker.connect()
+    attacker.send_frame("SEND", {"destination": f"/queue/{name}", "x-queue-type": "stream", "x-max-age": max_age,
+                                 "receipt": "r"}, b"x")
+    if broker.version_tuple < (3, 11):  # the 3.10 plugin passes no x-max-age: an ordinary stream
+        attacker.wait_receipt("r")
+    elif NATIVE and broker.version_tuple < (4, 3):  # 4.0's channel crashes: the plugin's connection ends
+        assert [m for m, _ in error_frames(attacker)]
+    else:  # RabbitMQ 4.3's refusal, which the bridge gives in front of every broker
+        [(message, text)] = error_frames(attacker)
+        assert (message, text) == (
+            "precondition_failed",
+            f"PRECONDITION_FAILED - invalid arg 'x-max-age' for queue '{name}' in vhost '/': invalid_max_age")
+    neighbours()

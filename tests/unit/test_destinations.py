@@ -412,3 +412,21 @@ def test_the_cached_send_target_is_send_targets_answer(value: str, headers: dict
     assert plain == (parsed, declared)
     if parsed.kind != d.QUEUE:
         assert plain[1] == rules.send_target(parsed, headers, declare=True)  # no declare: the same target whether or not the session declared it
+
+
+@pytest.mark.parametrize("value, ok", [
+    ("1Y", True), ("7D", True), ("99999999999999999999D", True), ("12h", True),
+    ("bogus", False), ("", False), ("-1h", False), ("0s", False), ("10", False), ("1x", False), ("1hh", False),
+])
+def test_a_streams_max_age_is_refused_as_rabbitmq_4_3_refuses_it(value, ok):
+    """RabbitMQ 4.0 crashes on some (541 on the connection every session of the login may share):
+    decided here, in 4.3's words, on every broker."""
+    headers = {"x-queue-type": "stream", "x-max-age": value}
+    rules = DestinationRules(vhost="v")
+    if ok:
+        assert rules.send_target(_dest("/queue/s"), headers).declare.arguments["x-max-age"] == value
+    else:
+        with pytest.raises(StompError) as refused:
+            rules.send_target(_dest("/queue/s"), headers)
+        assert (refused.value.message, refused.value.detail) == (
+            "precondition_failed", "PRECONDITION_FAILED - invalid arg 'x-max-age' for queue 's' in vhost 'v': invalid_max_age")
