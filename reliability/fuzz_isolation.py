@@ -131,9 +131,11 @@ def crafted() -> list[Case]:
     nack_case("amq-in-tx", amq=True, ack="client-individual", name=False, tx=True)
     nack_case("queue-named-in-tx", amq=False, ack="client", name=True, tx=True)
 
-    # group 2 (4): ack:auto on a stream with a prefetch (540 everywhere)
-    for label, extra in (("prefetch-count", {"prefetch-count": "10"}), ("activemq-prefetch", {"activemq.prefetchSize": "10"}),
-                         ("x-stream-offset", {"x-stream-offset": "first"}), ("from-seq", {"from-seq": "0"})):
+    # group 2 (4): ack:auto on a stream with a prefetch and a stream offset (540 everywhere)
+    for label, extra in (("prefetch-count", {"prefetch-count": "10", "x-stream-offset": "first"}),
+                         ("activemq-prefetch", {"activemq.prefetchSize": "10", "x-stream-offset": "first"}),
+                         ("x-stream-offset", {"x-stream-offset": "offset=0", "prefetch-count": "1"}),
+                         ("from-seq", {"from-seq": "0", "prefetch-count": "10"})):
         def build(n: Names, extra=extra) -> list[Step]:
             return [f("SUBSCRIBE", {"destination": f"/amq/queue/{n.stream}", "id": "s1", "ack": "auto", **extra}),
                     ("await", "MESSAGE", 3.0)]
@@ -213,7 +215,8 @@ def crafted() -> list[Case]:
         f("SEND", {"destination": f"/queue/{n.own('sched')}", "AMQ_SCHEDULED_DELAY": "100", "receipt": "r2"}, b"m"),
         ("await", "RECEIPT", 5.0)]))
     cases.append(Case("r-big-queue-arguments", "research", lambda n: [
-        f("SUBSCRIBE", {"destination": f"/queue/{n.own('big')}", "id": "x", "x-dead-letter-exchange": "v" * 140_000,
+        f("SUBSCRIBE", {"destination": f"/queue/{n.own('big')}", "id": "x", "x-dead-letter-exchange": "v" * 60_000,
+                        "x-dead-letter-routing-key": "v" * 60_000, "x-overflow": "v" * 30_000,
                         "receipt": "r1"}), ("await", "RECEIPT", 5.0)]))
     cases.append(Case("r-big-message-headers", "research", lambda n: [
         f("SEND", {"destination": f"/queue/{n.own('big')}", **{f"h{i}": "v" * 40_000 for i in range(4)},
