@@ -186,11 +186,11 @@ def crafted() -> list[Case]:
         f("SUBSCRIBE", {"destination": f"/queue/{n.own('s')}", "id": "x", "x-queue-type": "stream", "x-max-age": "1x1",
                         "prefetch-count": "1", "receipt": "r1"}), ("await", "RECEIPT", 5.0)], brokers=frozenset({"4.0"})))
     cases.append(Case("r-topic-stream-autoack-offset", "research", lambda n: [
-        f("SUBSCRIBE", {"destination": f"/topic/{n.own('t')}", "id": "t", "x-queue-type": "stream", "durable": "true",
+        f("SUBSCRIBE", {"destination": f"/topic/{n.own('t')}", "id": "t", "x-queue-type": "stream", "durable": "true", "auto-delete": "false",
                         "x-stream-offset": "first", "receipt": "r1"}), ("await", "RECEIPT", 5.0)]))
     cases.append(Case("r-exchange-stream-nack", "research", lambda n: [
         f("SUBSCRIBE", {"destination": f"/exchange/amq.fanout/{n.own('k')}", "id": "e", "x-queue-type": "stream",
-                        "durable": "true", "ack": "client", "prefetch-count": "5", "receipt": "r1"}),
+                        "durable": "true", "auto-delete": "false", "ack": "client", "prefetch-count": "5", "receipt": "r1"}),
         ("await", "RECEIPT", 5.0), f("SEND", {"destination": "/exchange/amq.fanout/x"}, b"m"), ("await", "MESSAGE", 5.0),
         ("settle", "NACK", {}, 5.0)], brokers=frozenset({"system"})))
     # an Artemis UNSUBSCRIBE deletes <client-id>.<name>: one part of the client's own composite
@@ -699,12 +699,28 @@ async def run_variant(url: str, vhost: str, broker: str, variant: str, cases: li
         bridge.stop()
 
 
-async def run(broker_name: str, amqp_url: str, mgmt: Management, *, seed: int = 1, random_cases: int = 20,
-              variants: tuple[str, ...] = tuple(VARIANTS), crafted_variants: tuple[str, ...] | None = None,
-              native_port: int | None = None, only: set[str] | None = None, log=print) -> dict:
-    """Every crafted case and ``random_cases`` random ones (per variant), on each of ``variants``;
-    crafted cases only on ``crafted_variants`` (default: all). ``native_port``: compare the attacker's
-    ERRORs with the broker's own STOMP plugin there."""
+# What each profile runs: variant -> (crafted cases: "all", name prefixes, or "" for none; random cases)
+PROFILES: dict[str, dict[str, tuple[str, int]]] = {
+    # CI (reliability/tests): about a minute on this project's machine
+    "short": {"shared+features": ("all", 15), "shared": ("g1,g2,g3,r-max-age", 12),
+              "pooled+features": ("g2,g3,g6", 8)},
+    "long": {"shared+features": ("all", 300), "shared": ("all", 200), "pooled+features": ("all", 100)},
+}
+
+
+def select(cases: list[Case], which: str) -> list[Case]:
+    if which == "all":
+        return cases
+    prefixes = tuple(p for p in which.split(",") if p)
+    return [c for c in cases if prefixes and c.name.startswith(prefixes)]
+
+
+async def run(broker_name: str, amqp_url: str, mgmt: Management, *, seed: int = 1, profile: str = "short",
+              plan: dict[str, tuple[str, int]] | None = None, native_port: int | None = None,
+              only: set[str] | None = None, log=print) -> dict:
+    """The profile's (or ``plan``'s) cases, each variant in a bridge of its own. ``native_port``:
+    compare the attacker's ERRORs with the broker's own STOMP plugin there. ``only``: case names or
+    name prefixes."""
     started = time.monotonic()
     vhost = mgmt.temporary_vhost("iso")
     url = amqp_url.rstrip("/") + "/" + Management.q(vhost)
@@ -713,13 +729,12 @@ async def run(broker_name: str, amqp_url: str, mgmt: Management, *, seed: int = 
     premade = Premade(url, base)
     result = Run(broker_name)
     try:
-        for variant in variants:
-            cases = []
-            if crafted_variants is None or variant in crafted_variants:
-                cases += crafted()
-            cases += [random_case(seed, i) for i in range(random_cases)]
+        for variant, (which, randoms) in (plan or PROFILES[profile]).items():
+            cases = select(crafted(), which) + [random_case(seed, i) for i in range(randoms)]
             if only:
-                cases = [c for c in cases if c.name in only or c.group.split()[-1] in only]
+                cases = [c for c in cases if c.name.startswith(tuple(only))]
+            if not cases:
+                continue
             log(f"{broker_name} {variant}: {len(cases)} cases")
             await run_variant(amqp_url, vhost, broker_name, variant, cases, result, seed, premade, base, native_port, log)
     finally:
