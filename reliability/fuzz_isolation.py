@@ -577,14 +577,15 @@ class Premade:
             channel = await self.connection.channel()
             try:
                 ok = await channel.queue_declare(queue, durable=True, arguments={"x-queue-type": kind})
-            except aiormq.exceptions.ChannelPreconditionFailed:  # a case made it something else: again
-                channel = await self.connection.channel()
-                await channel.queue_delete(queue)
-                ok = await channel.queue_declare(queue, durable=True, arguments={"x-queue-type": kind})
-            have = 0 if kind == "stream" and ok.message_count is None else ok.message_count or 0
-            missing = want - have if kind != "stream" else (want if have < want else 0)
-            for i in range(max(0, missing)):
-                await channel.basic_publish(f"m{i}".encode(), routing_key=queue)
+            except aiormq.exceptions.AMQPError:  # a case made it something else, or owns it: make it again
+                try:
+                    channel = await self.connection.channel()
+                    await channel.queue_delete(queue)
+                    ok = await channel.queue_declare(queue, durable=True, arguments={"x-queue-type": kind})
+                except aiormq.exceptions.AMQPError:  # still another connection's exclusive queue: next case
+                    if self.connection.is_closed:
+                        self.connection = await aiormq.connect(self.url)
+                    continue
             await channel.close()
 
     async def close(self) -> None:
