@@ -81,6 +81,7 @@ class BridgeServer:
         )
         self.metrics = Metrics(self._live)
         self.counters = self.metrics.counters
+        self.pool.on_broker_close = self._amqp_closed_by_rabbitmq
         # OpenTelemetry spans (tracing=true): OTLP from the settings, or the caller's provider
         # (a test's in-memory exporter); None when off. Without OpenTelemetry: TracingUnavailable.
         self.tracing = Tracing.start(settings.telemetry, tracer_provider)
@@ -187,6 +188,10 @@ class BridgeServer:
                 "amqp": ",".join(mask_url(url) for url in self.endpoints.urls),
             },
         )
+
+    def _amqp_closed_by_rabbitmq(self, code: int) -> None:
+        self.counters.amqp_connections_closed_by_rabbitmq[str(code)] += 1
+        log.warning("RabbitMQ closed a shared AMQP connection", extra={"reply_code": code})
 
     def _live(self) -> dict[str, float]:
         connections = list(self._connections.values())
