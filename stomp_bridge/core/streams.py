@@ -122,8 +122,8 @@ def _nack_check(core: Context, frame: Frame, covered: list[int], receipt: bool) 
     for tag in covered:
         queue, stream = marked[tag]
         if stream is None:
-            if queue not in asked:
-                asked[queue] = yield IsStream(queue)
+            if queue not in asked:  # exact: a NACK sent to a stream would close the connection
+                asked[queue] = yield IsStream(queue, exact=True)
             stream = asked[queue]
         if stream:
             if receipt:
