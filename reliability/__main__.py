@@ -7,6 +7,9 @@
                                                    # on the three-node 4.3 cluster (reliability/cluster.py)
     python -m reliability --only siege --siege-targets bridge,native  # the hostile mode, side by side
                                                    # with RabbitMQ's plugin (--native-port, 61613)
+    python -m reliability --only isolation --isolation-brokers 4.3,4.0,system --isolation-native
+                                                   # an attacker beside neighbours sharing its AMQP
+                                                   # connections (issue 39), its ERRORs against the plugin's
 
 Needs the RabbitMQ the tests use (STOMP_BRIDGE_TEST_AMQP_URL or 127.0.0.1:5672,
 management API on 15672). The RabbitMQ-restart scenario starts a private node
@@ -27,12 +30,13 @@ import time
 import urllib.parse
 from pathlib import Path
 
-from . import cluster, faults, fuzz_parser, fuzz_session, hostile, siege, soak
+from . import cluster, faults, fuzz_isolation, fuzz_parser, fuzz_session, hostile, siege, soak
+from .brokers import broker_info
 from testkit.management import Management
 
 from .broker import PrivateRabbit
 
-PARTS = ["parser", "session", "hostile", "siege", "faults", "soak"]
+PARTS = ["parser", "session", "isolation", "hostile", "siege", "faults", "soak"]
 EXTRA_PARTS = ["cluster"]  # only when asked (--only): it starts scripts/rabbitmq-cluster
 
 PROFILES = {
@@ -59,7 +63,7 @@ def management() -> Management:
 
 
 async def run(parts: list[str], p: dict, work: Path, log, siege_targets: tuple[str, ...] = ("bridge",),
-              native_port: int = 61613) -> dict:
+              native_port: int = 61613, isolation: dict | None = None) -> dict:
     out: dict = {"profile": p}
     mgmt = management()
     url = amqp_url()
@@ -71,6 +75,19 @@ async def run(parts: list[str], p: dict, work: Path, log, siege_targets: tuple[s
     if "session" in parts:
         log("session fuzzing ...")
         out["session"] = await fuzz_session.run(url, mgmt, p["sessions"], seed=int(time.time()))
+    if "isolation" in parts:
+        iso = isolation or {}
+        out["isolation"] = []
+        for name in iso.get("brokers") or [None]:
+            broker = broker_info(name) if name else None
+            label = broker.name if broker else ("remote" if os.environ.get("STOMP_BRIDGE_TEST_AMQP_URL") else "system")
+            log(f"isolation fuzzing on {label} ...")
+            out["isolation"].append(await fuzz_isolation.run(
+                label, broker.amqp_url if broker else url,
+                Management(broker.api_url, "guest", "guest", timeout=30) if broker else mgmt,
+                seed=iso.get("seed", 39), profile=iso.get("profile", "short"),
+                native_port=(broker.native_port if broker else native_port) if iso.get("native") else None,
+                only=iso.get("cases"), log=log))
     if "hostile" in parts:
         log("hostile clients ...")
         vhost = mgmt.temporary_vhost()
@@ -123,6 +140,10 @@ def summary(out: dict) -> str:
         rows.append(("executions fuzzed: sessions on real connections", f"{r['sessions']:,}",
                      f"{r['bytes']:,} bytes, {r['errors']} ERRORs, {r['seconds']} s, "
                      "bridge RSS {} -> {} MB".format(*r.get("bridge_rss_mb", ("?", "?")))))
+    for r in out.get("isolation", []):
+        rows.append((f"isolation cases: an attacker beside neighbours sharing its AMQP connections ({r['broker']})",
+                     f"{r['cases']:,}", f"{len(r['failures'])} failures, {r['seconds']} s, "
+                     + ", ".join(f"{k} {v}" for k, v in r["per_variant"].items())))
     if "hostile" in out:
         r = out["hostile"]
         rows.append(("attacks tried (hostile connections)", f"{r['attacks']:,}", f"{r['kinds']} kinds"))
@@ -149,6 +170,15 @@ def summary(out: dict) -> str:
         text.append(table([(r["attack"], r["connections"], r["n"], r["p50_ms"], r["p99_ms"]) for r in out["hostile"]["rows"]],
                           ("attack", "hostile conns", "round trips", "p50 ms", "p99 ms")))
         text.append("outcomes: " + ", ".join(f"{k}: {v}" for k, v in out["hostile"]["outcomes"].items()))
+    for r in out.get("isolation", []):
+        for fl in r["failures"]:
+            text.append(f"\nisolation FAILURE on {r['broker']}, {fl.get('variant')}, case {fl['case']}: "
+                        + "; ".join(p[:300] for p in fl["problems"][:2]))
+            text.extend("    " + step for step in fl.get("steps", []))
+        if r["differences"]:
+            text.append(f"\nthe attacker's first ERROR, bridge vs the plugin ({r['broker']}; reported, not failed):")
+            text.append(table([(d["case"], (d["bridge"] or [["-"]])[0][0], (d["plugin"] or [["-"]])[0][0])
+                               for d in r["differences"]], ("case", "bridge", "plugin")))
     if "siege" in out:
         text.append("\nhostile mode: every attack at once beside a resending publisher and a consumer "
                     "(lost must be 0; logins: fresh ones in within 1 s / tried; none may be refused, the median "
@@ -220,6 +250,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--siege-targets", default="bridge",
                         help="the hostile mode's servers, comma-separated: bridge, native (default: bridge)")
     parser.add_argument("--native-port", type=int, default=61613, help="RabbitMQ's STOMP plugin (default: 61613)")
+    parser.add_argument("--isolation-brokers", help="isolation: brokers by name, comma-separated (4.3, 4.0, "
+                        "system, 4.4; default: the one STOMP_BRIDGE_TEST_AMQP_URL or 127.0.0.1:5672 names)")
+    parser.add_argument("--isolation-native", action="store_true",
+                        help="isolation: run each attacker script against the broker's own STOMP plugin too")
+    parser.add_argument("--isolation-cases", help="isolation: case names or name prefixes (g1, r-max-age, random)")
+    parser.add_argument("--seed", type=int, default=39, help="isolation: the random cases' seed (default 39)")
     parser.add_argument("--json", help="write the full results here")
     parser.add_argument("--work", help="directory for the fuzzing corpus (default: a temporary one)")
     args = parser.parse_args(argv)
@@ -231,7 +267,10 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     log = lambda m: print(f"[{time.monotonic() - started:7.1f} s] {m}", file=sys.stderr, flush=True)  # noqa: E731
     targets = tuple(t for t in args.siege_targets.split(",") if t)
-    out = asyncio.run(run(parts, profile, work, log, targets, args.native_port))
+    isolation = {"brokers": [b for b in (args.isolation_brokers or "").split(",") if b], "native": args.isolation_native,
+                 "cases": set(args.isolation_cases.split(",")) if args.isolation_cases else None,
+                 "seed": args.seed, "profile": args.profile}
+    out = asyncio.run(run(parts, profile, work, log, targets, args.native_port, isolation))
     print(summary(out))
     if args.json:
         def default(o):
@@ -240,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
     problems = list(out.get("soak", {}).get("problems") or [])
     problems += [f"{r['target']}: {p}" for r in out.get("siege", []) if r["target"] == "bridge"
                  for p in siege.problems(r)]
+    problems += [f"isolation on {r['broker']}: {fl['case']} ({fl.get('variant')}): {fl['problems'][0][:200]}"
+                 for r in out.get("isolation", []) for fl in r["failures"]]
     for problem in problems:
         print(f"problem: {problem}", file=sys.stderr)
     return 1 if problems else 0

@@ -129,6 +129,8 @@ class Counters:
         self.token_updates = 0  # new OAuth 2 tokens clients sent to /bridge/token, accepted by RabbitMQ
         self.errors = LabelCounts(ERROR_REASONS)  # ERROR frames by message
         self.amqp_connection_failures = 0
+        # shared AMQP connections RabbitMQ closed (connection.close), by reply code: 320 forced, 5xx errors
+        self.amqp_connections_closed_by_rabbitmq: defaultdict[str, int] = defaultdict(int)
         self.heartbeat_timeouts = 0
         self.auth_failures = 0
         self.logins_throttled = 0  # refused at once: too many failed logins (login_failures_per_minute)
@@ -217,6 +219,10 @@ METRICS: tuple[Spec, ...] = (
          label="reason"),
     Spec("stomp_bridge_amqp_connection_failures", "counter",
          "AMQP connections to RabbitMQ that could not be opened or were lost.", "amqp_connection_failures"),
+    Spec("stomp_bridge_amqp_connections_closed_by_rabbitmq", "counter",
+         "Shared AMQP connections RabbitMQ closed with a connection.close, by reply code: 320 (forced: "
+         "an operator, a node stopping) or a connection error (5xx), which ends every session on the "
+         "connection; no client frame may cause one.", "amqp_connections_closed_by_rabbitmq", label="code"),
     Spec("stomp_bridge_heartbeat_timeouts", "counter", "Clients dropped for missing heart-beats.",
          "heartbeat_timeouts"),
     Spec("stomp_bridge_auth_failures", "counter", "CONNECTs refused by authentication.", "auth_failures"),

@@ -65,6 +65,8 @@ async def _serve(stats_path: str) -> None:
             # AMQP connections the pool holds (lingering ones included) or is still closing
             "amqp_connections": server.pool.connection_count + server.pool.closing_count,
             "log_errors": errors.count,
+            # shared AMQP connections RabbitMQ closed, by reply code (reliability/fuzz_isolation.py)
+            "amqp_closed_by_rabbitmq": dict(server.counters.amqp_connections_closed_by_rabbitmq),
             "last_error": errors.last,
             "time": time.time(),
         }

@@ -136,7 +136,7 @@ class FakeChannel:
     async def queue_exists(self, queue: str) -> bool:
         return queue not in self.h.missing
 
-    async def is_stream(self, queue: str) -> bool:
+    async def is_stream(self, queue: str, exact: bool = False) -> bool:
         return queue in self.h.streams
 
     async def update_secret(self, secret: str) -> None:

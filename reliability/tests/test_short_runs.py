@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from reliability import faults, fuzz_parser, fuzz_session, hostile, siege, soak
+from reliability import faults, fuzz_isolation, fuzz_parser, fuzz_session, hostile, siege, soak
 from reliability.broker import PrivateRabbit
 from testkit.management import Management
 
@@ -41,6 +41,20 @@ def test_session_fuzzing_leaves_the_bridge_up_and_a_good_client_working(broker, 
     result = asyncio.run(fuzz_session.run(broker.amqp_url, mgmt, sessions=100, seed=7))
     assert result["sessions"] == 100
     assert result["probe"]["n"] > 0
+
+
+def test_no_attacker_frame_ends_a_neighbours_session(broker, mgmt):
+    """Issue 39: an attacker session of guest (issue 39's 22 sequences, the refusals in
+    reliability/hard_errors.py, random frames) beside neighbours of guest that share its AMQP
+    connections, on three bridges (shared connections with and without the opt-in features, the
+    default pooling): no neighbour gets an ERROR, loses its connection or stalls, and RabbitMQ closes
+    no shared AMQP connection (the bridge's counter by reply code)."""
+    name = broker.local.name if broker.local is not None else "remote"
+    result = asyncio.run(fuzz_isolation.run(name, broker.amqp_url, mgmt, seed=39, profile="short", log=lambda m: None))
+    assert result["cases"] >= 100, result["per_variant"]
+    failures = [f"{f['case']} ({f['variant']}): {f['problems'][0][:400]}\n    " + "\n    ".join(f.get("steps", []))
+                for f in result["failures"]]
+    assert not failures, f"{len(failures)} of {result['cases']} cases on {name}:\n" + "\n".join(failures)
 
 
 def test_hostile_clients_each_get_their_error_or_close(broker, mgmt):

@@ -137,9 +137,10 @@ class SessionChannel(Protocol):
 
     async def queue_exists(self, queue: str) -> bool: ...
 
-    async def is_stream(self, queue: str) -> bool:
-        """Whether ``queue`` is a stream, asked on a side channel in a way that costs no connection
-        (``sidechannel.is_stream``); RabbitMQ's refusal (a missing queue …) raised as its ERROR."""
+    async def is_stream(self, queue: str, exact: bool = False) -> bool:
+        """Whether ``queue`` is a stream, asked in a way that costs no shared connection
+        (``sidechannel.is_stream``; ``exact``: even for a queue that holds messages, by a
+        basic.get on a connection of its own); RabbitMQ's refusal (a missing queue …) raised."""
 
     async def update_secret(self, secret: str) -> None:
         """connection.update-secret (a new OAuth 2 token) on the session's connections."""

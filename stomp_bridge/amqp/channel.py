@@ -542,10 +542,30 @@ class AmqpSession:
         """Whether ``queue`` exists now (a passive declare, on a side channel)."""
         return await sidechannel.queue_exists(self.shared, queue)
 
-    async def is_stream(self, queue: str) -> bool:
+    async def is_stream(self, queue: str, exact: bool = False) -> bool:
+        """``sidechannel.is_stream``; a queue that holds messages is no stream, unless ``exact``:
+        then a basic.get on a connection of the login's own tells (a stream refuses it there
+        with a connection error that ends only that connection; another queue's message taken
+        goes back, flagged redelivered)."""
         self._check_exclusive(queue)
         await self.flush()  # in the session's order: a declare it sent before comes first
-        return await sidechannel.is_stream(self.shared, queue)
+        answer = await sidechannel.is_stream(self.shared, queue)
+        if answer is not None:
+            return answer
+        if not exact or self.pool.apart is None or self._credentials is None:
+            return False
+        login, passcode, vhost, client_name, context, external, timeout = self._credentials
+        probe = await self.pool.apart(login, passcode, vhost, f"{client_name} is-stream", context=context,
+                                      external=external, near=self.shared.node)
+        try:
+            await asyncio.wait_for(probe.get(queue), timeout)
+        except BrokerError as exc:
+            if "not supported by stream queue" in exc.detail:
+                return True
+            raise
+        finally:
+            await probe.finish("probed")
+        return False
 
     async def update_secret(self, secret: str) -> None:
         """A new secret (an OAuth 2 token) for this session's AMQP connection

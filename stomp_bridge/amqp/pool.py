@@ -70,6 +70,7 @@ from time import monotonic
 from typing import Any
 
 import aiormq
+import aiormq.exceptions as amqp_exc
 
 from stomp_bridge.amqp.reader import Hooks
 
@@ -132,6 +133,25 @@ class SharedConnection:
             session.connection_lost(exc)
 
 
+# aiormq raises these for RabbitMQ's connection.close; ConnectionClosed itself carries (code, text)
+_HARD_ERRORS = {
+    amqp_exc.ConnectionFrameError: 501, amqp_exc.ConnectionSyntaxError: 502, amqp_exc.ConnectionCommandInvalid: 503,
+    amqp_exc.ConnectionChannelError: 504, amqp_exc.ConnectionUnexpectedFrame: 505,
+    amqp_exc.ConnectionResourceError: 506, amqp_exc.ConnectionNotAllowed: 530,
+    amqp_exc.ConnectionNotImplemented: 540, amqp_exc.ConnectionInternalError: 541,
+}
+
+
+def broker_close_code(future: asyncio.Future) -> int | None:
+    """The reply code of the connection.close RabbitMQ ended a connection with (320 forced, 5xx a
+    connection error), or None: closed by the bridge (aiormq's code 0), or lost without a close."""
+    if future.cancelled() or not isinstance(future.exception(), amqp_exc.ConnectionClosed):
+        return None
+    exc = future.exception()
+    code = _HARD_ERRORS.get(type(exc)) or next((a for a in exc.args if isinstance(a, int)), None)
+    return code if code else None
+
+
 def closing_reason(future: asyncio.Future, default: str) -> BaseException:
     """Why a channel's or connection's ``closing`` future finished."""
     if future.cancelled():
@@ -156,7 +176,7 @@ class AmqpPool:
         channels_per_connection: int = 64,
         min_connections: int = 1, reuse_seconds: float = 300.0, auto_ack_window: int = 500,
         login_cache_seconds: float = 0.0, separate_publishers: bool = True, linger_seconds: float = 10.0,
-        clock: Callable[[], float] = monotonic,
+        clock: Callable[[], float] = monotonic, on_broker_close: Callable[[int], None] | None = None,
     ) -> None:
         self.min_connections = max(1, min_connections)
         self._opener = opener
@@ -173,6 +193,7 @@ class AmqpPool:
         self._accepted: dict[tuple, float] = {}  # key -> when RabbitMQ last accepted it (cache only)
         self.login_checks = 0  # logins RabbitMQ checked before they joined a shared connection
         self._clock = clock
+        self.on_broker_close = on_broker_close  # (reply code): RabbitMQ closed a shared connection
         self._connections: dict[tuple, list[SharedConnection]] = {}
         self._opening: dict[tuple, asyncio.Future[SharedConnection]] = {}
 
@@ -261,10 +282,16 @@ class AmqpPool:
         self._accept(key)
         shared = SharedConnection(key, connection, hooks, self.channels_per_connection, self._clock())
         connection.closing.add_done_callback(shared.lost)
+        connection.closing.add_done_callback(self._closed)
         self._connections.setdefault(key, []).append(shared)
         future.set_result(shared)
         shared.reserved += 1  # the opener's slot, whatever the reuse time says
         return shared
+
+    def _closed(self, future: asyncio.Future) -> None:
+        code = broker_close_code(future)
+        if code is not None and self.on_broker_close is not None:
+            self.on_broker_close(code)
 
     def _cached(self, key: tuple, now: float) -> bool:
         cache = self.login_cache_seconds

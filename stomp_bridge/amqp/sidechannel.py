@@ -93,21 +93,23 @@ async def queue_exists(shared: SharedConnection, queue: str) -> bool:
 PROBE_TAG = "stomp-bridge.is-stream"  # the one consumer of a probe's own channel
 
 
-async def is_stream(shared: SharedConnection, queue: str) -> bool:
-    """Whether ``queue`` is a stream, asked so that no answer is a connection error.
+async def is_stream(shared: SharedConnection, queue: str) -> bool | None:
+    """Whether ``queue`` is a stream, asked so that no answer is a connection error; None: it
+    holds messages (a classic or quorum queue, or a stream that says so: 3.10.8's do, now and
+    then), which this cannot tell without taking one (``channel.is_stream``, exact).
 
     AMQP 0-9-1 does not say a queue's type, and the questions a stream refuses hardest
     (basic.get, an auto-ack consume) it refuses with a connection error, which would end every
     session on the shared connection. These two it answers on the channel: a passive declare
-    (a stream counts no messages, so a queue holding some is not one), then, for a queue that
-    holds none, a consume with manual acks and no prefetch, which only a stream refuses, with a
-    channel error (406 "consumer prefetch count is not set"). A message that reaches the empty
-    queue in between goes back to it when the channel closes (flagged redelivered)."""
+    (a stream counts no messages, as a rule), then, for a queue that holds none, a consume with
+    manual acks and no prefetch, which only a stream refuses, with a channel error (406
+    "consumer prefetch count is not set"). A message that reaches the empty queue in between
+    goes back to it when the channel closes (flagged redelivered)."""
     async with side_channel(shared) as channel:
         try:
             ok = await channel.queue_declare(queue, passive=True)
             if ok.message_count > 0:
-                return False
+                return None
             await channel.basic_consume(queue, no_ack=False, consumer_tag=PROBE_TAG)
         except amqp_exc.ChannelPreconditionFailed as exc:
             if "prefetch count is not set" in str(exc):

@@ -102,6 +102,7 @@ class QueueExists(NamedTuple):  # -> bool
 
 class IsStream(NamedTuple):  # -> bool: the queue is a stream (asked in a way no stream can refuse)
     queue: str
+    exact: bool = False  # even for a queue that holds messages (a basic.get on a connection of its own)
 
 
 class UpdateSecret(NamedTuple):  # -> None: RabbitMQ took the new token

@@ -11,9 +11,11 @@ stream's delivery, by closing the whole AMQP connection, which other sessions sh
 * ``ack:auto`` with a prefetch: asked before the consume; the consume itself always takes
   manual acks with a prefetch (the bridge acknowledges: ``amqp/channel.consume``), which a
   stream accepts, so a queue that became a stream meanwhile costs nothing;
-* a NACK, in front of RabbitMQ before 4.0: every delivery of a stream carries an integer
-  ``x-stream-offset``, so only a delivery that does (from a queue not known to be a stream,
-  also a classic queue holding messages copied from a stream) makes the NACK ask first.
+* a NACK, in front of RabbitMQ before 4.0: every delivery of a stream carries an
+  ``x-stream-offset`` header, so only a delivery that does (from a queue not known to be a
+  stream, also a classic queue holding messages copied from a stream, or a message whose
+  publisher set the header itself, which may then hide the stream's own) makes the NACK ask
+  first.
 
 ``browser:true``'s ``basic.get`` goes on a connection of its own (``subscribe.browse``).
 """
@@ -86,10 +88,8 @@ def delivered(core: Context, consumer_tag: str, delivery_tag: int, properties: d
     if entry is None:
         return
     queue, stream = entry
-    if not stream:
-        offset = (properties.get("headers") or {}).get("x-stream-offset")
-        if type(offset) is not int:  # as a stream delivers it; a STOMP header would be a string
-            return
+    if not stream and "x-stream-offset" not in (properties.get("headers") or ()):
+        return  # no stream's: a stream adds its offset to every delivery (of any message)
     unacked = core.unacked
     if unacked.marked is None:
         unacked.marked = {}
@@ -122,8 +122,8 @@ def _nack_check(core: Context, frame: Frame, covered: list[int], receipt: bool) 
     for tag in covered:
         queue, stream = marked[tag]
         if stream is None:
-            if queue not in asked:
-                asked[queue] = yield IsStream(queue)
+            if queue not in asked:  # exact: a NACK sent to a stream would close the connection
+                asked[queue] = yield IsStream(queue, exact=True)
             stream = asked[queue]
         if stream:
             if receipt:

@@ -646,7 +646,7 @@ async def _queue_exists(session: Session, plan: QueueExists) -> bool:
 
 
 async def _is_stream(session: Session, plan: IsStream) -> bool:
-    return await session.channel().is_stream(plan.queue)
+    return await session.channel().is_stream(plan.queue, plan.exact)
 
 
 async def _update_secret(session: Session, plan: UpdateSecret) -> None:

@@ -82,6 +82,7 @@ class BridgeServer:
         )
         self.metrics = Metrics(self._live)
         self.counters = self.metrics.counters
+        self.pool.on_broker_close = self._amqp_closed_by_rabbitmq
         # Fan-out at the edge (edge_fanout): the shared subscriptions of every session here
         self.fanout = FanoutHub(self.counters, self.flow.fanout_subscriber_buffer) if self.flow.edge_fanout else None
         # OpenTelemetry spans (tracing=true): OTLP from the settings, or the caller's provider
@@ -190,6 +191,10 @@ class BridgeServer:
                 "amqp": ",".join(mask_url(url) for url in self.endpoints.urls),
             },
         )
+
+    def _amqp_closed_by_rabbitmq(self, code: int) -> None:
+        self.counters.amqp_connections_closed_by_rabbitmq[str(code)] += 1
+        log.warning("RabbitMQ closed a shared AMQP connection", extra={"reply_code": code})
 
     def _live(self) -> dict[str, float]:
         connections = list(self._connections.values())

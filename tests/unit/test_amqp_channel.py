@@ -411,7 +411,7 @@ async def test_peek_and_queue_exists_use_a_side_channel_that_a_404_closes_not_th
 
 async def test_is_stream_asks_only_what_a_stream_refuses_on_the_channel() -> None:
     amqp, rabbit, events = await session()
-    holding(rabbit, 3)  # a stream counts no messages: one that holds some is none
+    holding(rabbit, 3)  # a stream counts no messages, as a rule: one that holds some is none (not exact)
     assert await amqp.is_stream("q") is False
     assert [type(m) for m in rabbit.methods()] == [spec.Channel.Open, spec.Queue.Declare, spec.Channel.Close]
     holding(rabbit, 0)
@@ -425,6 +425,43 @@ async def test_is_stream_asks_only_what_a_stream_refuses_on_the_channel() -> Non
         reply_text="PRECONDITION_FAILED - consumer prefetch count is not set for stream queue 'q' in vhost '/'")
     assert await amqp.is_stream("q") is True
     assert events.log == [] and not amqp.channel.is_closed
+
+
+async def test_an_exact_is_stream_of_a_queue_that_counts_messages_asks_on_a_connection_of_its_own() -> None:
+    """3.10.8's streams count messages now and then: for a NACK (exact) a basic.get tells, on a
+    connection apart, where a stream's refusal (a connection error) costs nothing shared."""
+    rabbits = Rabbits()
+    asked: list[str] = []
+
+    class Apart:
+        def __init__(self, answer: object) -> None:
+            self.answer = answer
+
+        async def get(self, queue: str) -> object:
+            asked.append(queue)
+            if isinstance(self.answer, Exception):
+                raise self.answer
+            return self.answer
+
+        async def finish(self, reason: str) -> None:
+            asked.append("finished")
+
+    answers = [BrokerError("not_implemented", "NOT_IMPLEMENTED - basic.get not supported by stream queues queue 's'"),
+               None]
+
+    async def apart(*args: object, **kwargs: object) -> Apart:
+        return Apart(answers.pop(0))
+
+    pool = rabbits.pool(separate_publishers=False)
+    pool.apart = apart
+    amqp = await AmqpSession.open(pool, "guest", "guest", "/", client_name="test")
+    rabbit = rabbits.made[-1]
+    amqp.listen(Events())
+    holding(rabbit, 5)
+    assert await amqp.is_stream("s") is False and asked == []  # not exact: no connection opened
+    assert await amqp.is_stream("s", exact=True) is True
+    assert await amqp.is_stream("q", exact=True) is False  # a classic queue's get-empty (or get-ok)
+    assert asked == ["s", "finished", "q", "finished"]
 
 
 # -- the publishing channel on a publishing connection --------------------------------------------

@@ -309,3 +309,26 @@ def test_a_publishing_slot_is_taken_on_the_node_of_the_sessions_other_connection
         assert again is pub_a  # joined there, though pub_b, as loaded, came first
 
     run(main())
+
+
+def test_a_connection_rabbitmq_closes_is_counted_by_reply_code_and_the_bridges_own_close_is_not():
+    """What reliability/fuzz_isolation.py watches (stomp_bridge_amqp_connections_closed_by_rabbitmq):
+    RabbitMQ's connection.close reaches the pool's callback with its reply code; the bridge's own
+    close (aiormq's code 0) and a connection lost without a close do not."""
+    import aiormq.exceptions as amqp_exc
+
+    async def main():
+        opener = Opener()
+        codes: list[int] = []
+        pool = AmqpPool(opener, opener.check, min_connections=4, on_broker_close=codes.append)
+        for _ in range(4):
+            await pool.acquire("u", "p", "/", "c")
+        ends = [amqp_exc.ConnectionNotImplemented("NOT_IMPLEMENTED - basic.get not supported by stream queues"),
+                amqp_exc.ConnectionClosed(320, "CONNECTION_FORCED - broker forced connection closure"),
+                amqp_exc.ConnectionClosed(0, "normal closed"), ConnectionResetError("lost")]
+        for connection, end in zip(opener.made, ends):
+            connection.closing.set_exception(end)
+        await asyncio.sleep(0)
+        assert codes == [540, 320]
+
+    run(main())
