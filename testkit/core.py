@@ -225,6 +225,7 @@ class Harness:
         # every test fails on it.
         self.consuming: set[str] = set()
         self.loop = loop or asyncio.new_event_loop()  # sessions sharing a hub share a loop
+        self._own_loop = loop is None
         self.siblings: list[FakeChannel] = []  # channels opened beside the session's (a fan-out group's)
         self.backlog = 0  # bytes the client has not taken (a fan-out subscriber's)
         self.timers = FakeTimers(self)
@@ -271,9 +272,12 @@ class Harness:
             last = now
 
     def close(self) -> None:
+        """The connection ends (the transport's close): the session releases what it holds."""
         self._call(lambda: None)
         self.loop.run_until_complete(self.session.close())
-        self.loop.close()
+        self.pump()
+        if self._own_loop:
+            self.loop.close()
 
     # -- the client ----------------------------------------------------------------------
 
