@@ -120,7 +120,8 @@ class WebSocketSettings(Section):
     pages and credentials it accepts.
     """
 
-    ws_path: Annotated[str, AfterValidator(url_path)] = Field("/ws", description="URL path of the WebSocket endpoint.")
+    ws_path: Annotated[str, AfterValidator(url_path)] = Field(
+        "/ws", json_schema_extra={"pattern": "^/"}, description="URL path of the WebSocket endpoint.")
     ws_max_message_size: Annotated[int | None, OFF_IS_NONE] = Field(
         None,
         ge=1024,
@@ -591,7 +592,7 @@ class OperationsSettings(Section):
         10.0, ge=0, description="Seconds SIGTERM waits for in-flight publishes to be confirmed."
     )
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR.")
-    log_format: str = Field("text", description="text (key=value) or json lines.")
+    log_format: Literal["text", "json"] = Field("text", description="text (key=value) or json lines.")
 
     @field_validator("log_level", mode="before")
     @classmethod
@@ -627,9 +628,9 @@ class TracingSettings(Section):
 
     tracing: bool = Field(
         False,
-        description="Record spans for SEND, publish, confirm and RECEIPT, and for delivery, MESSAGE and "
-        "ACK, as children of the client's traceparent, and export them over OTLP (needs the otel extra; "
-        "the bridge does not start without it).",
+        description="Record spans as children of the client's traceparent: `SEND` (to its RECEIPT) and its "
+        "`publish` (to RabbitMQ's confirm), and `MESSAGE` (from the delivery to the client's ACK), and export "
+        "them over OTLP (needs the otel extra; the bridge does not start without it).",
     )
     tracing_endpoint: str | None = Field(
         None,

@@ -40,6 +40,7 @@ from stomp_bridge.transport.connection import (
 log = logging.getLogger(__name__)
 
 TLS_SHUTDOWN_TIMEOUT = 2.0
+TRACE_EXPORT_MIN = 0.5  # seconds the buffered spans get at shutdown when the grace is spent
 BROKER_PROBE_TIMEOUT = 2.0  # seconds a RabbitMQ node has to answer the AMQP protocol header
 BROKER_RETRY = 5.0  # seconds between start-up probes while no node answers
 # Every TCP client's task's name: one string, not a "Task-<n>" of its own per connection
@@ -424,6 +425,7 @@ class BridgeServer:
         closes); whatever has not finished after a second grace is cancelled.
         """
         grace = self.settings.operations.shutdown_grace if grace is None else grace
+        started = asyncio.get_running_loop().time()
         self._closing = True
         for listener in self._listeners:
             listener.close()
@@ -451,8 +453,9 @@ class BridgeServer:
             await listener.wait_closed()
         if self.ops is not None:
             await self.ops.close()
-        if self.tracing is not None:  # export the spans still buffered (blocking I/O: off the loop)
-            await asyncio.get_running_loop().run_in_executor(None, self.tracing.shutdown)
+        if self.tracing is not None:  # the spans still buffered, in what is left of the grace
+            left = grace - (asyncio.get_running_loop().time() - started)
+            await self.tracing.close(max(left, TRACE_EXPORT_MIN))
 
     async def serve_forever(self) -> None:
         await self.start()
