@@ -65,6 +65,26 @@ def test_metrics_follow_the_frames(bridge, dial, queues, unique):
     assert metric(after, "stomp_bridge_received_bytes_total") > metric(before, "stomp_bridge_received_bytes_total")
 
 
+def test_metrics_carry_the_process_standard_families(bridge, dial):
+    """process_* from /proc: this process's memory, CPU, descriptors (each client holds one more)
+    and start, with no prometheus_client import needed in a bridge process."""
+    server = bridge()
+    before = get(server, "/metrics")[1]
+    conns = [dial(server) for _ in range(5)]
+    for conn in conns:
+        conn.connect()
+    after = get(server, "/metrics")[1]
+    assert metric(after, "process_open_fds") >= metric(before, "process_open_fds") + 5
+    assert metric(after, "process_max_fds") >= metric(after, "process_open_fds")
+    with open("/proc/self/status") as status:
+        rss = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmRSS:"))
+    assert metric(after, "process_resident_memory_bytes") == pytest.approx(rss, rel=0.25)
+    assert metric(after, "process_cpu_seconds_total") >= metric(before, "process_cpu_seconds_total") > 0
+    start = metric(after, "process_start_time_seconds")
+    assert time.time() - 24 * 3600 < start < time.time()
+    assert "# TYPE process_cpu_seconds_total counter" in after
+
+
 def test_errors_and_auth_failures_are_counted(bridge, dial):
     server = bridge()
     conn = dial(server)
