@@ -181,6 +181,12 @@ class AmqpPool:
         return sum(len(group) for group in self._connections.values())
 
     @property
+    def any_open(self) -> bool:
+        """Whether an AMQP connection to RabbitMQ is open now (so a node answers: readiness needs
+        no probe of its own)."""
+        return any(not shared.connection.is_closed for group in self._connections.values() for shared in group)
+
+    @property
     def closing_count(self) -> int:
         """Publishing connections whose linger ran out and whose close has not finished yet."""
         return len(self._closing)

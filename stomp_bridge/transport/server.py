@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 TLS_SHUTDOWN_TIMEOUT = 2.0
 TRACE_EXPORT_MIN = 0.5  # seconds the buffered spans get at shutdown when the grace is spent
 BROKER_PROBE_TIMEOUT = 2.0  # seconds a RabbitMQ node has to answer the AMQP protocol header
-BROKER_RETRY = 5.0  # seconds between start-up probes while no node answers
+BROKER_RETRY = 5.0  # seconds between checks that a RabbitMQ node answers (_watch_broker)
 # Every TCP client's task's name: one string, not a "Task-<n>" of its own per connection
 CLIENT_TASK = "stomp-bridge client"
 
@@ -96,6 +96,8 @@ class BridgeServer:
         self._tls_server: asyncio.base_events.Server | None = None
         self._tls_watch: asyncio.Task[None] | None = None
         self._broker_watch: asyncio.Task[None] | None = None
+        self._speaks_amqp: set[str] = set()  # nodes that answered the AMQP probe (_broker_problems)
+        self._probing = asyncio.Lock()
         listeners = settings.listeners
         if listeners.tls_port is not None or listeners.wss_port is not None:
             self.tls = ServerTLS(ServerTLSConfig.from_settings(settings.tls))
@@ -206,10 +208,28 @@ class BridgeServer:
         return (False, "; ".join(problems)) if problems else (True, "ready")
 
     async def _broker_problems(self) -> list[str]:
-        """[] as soon as one node answers AMQP, else what is wrong with each, in words."""
+        """[] as soon as one node answers, else what is wrong with each, in words.
+
+        What the bridge knows first: an open AMQP connection is RabbitMQ answering, and needs no
+        probe. Else each node in turn: one that has answered AMQP before gets a connection closed
+        before a byte (``probe.reachable``, which RabbitMQ logs at debug level only); one not
+        heard yet the AMQP probe (``probe.check``), whose hang-up after connection.start RabbitMQ
+        logs as a WARNING: so once per node, at start-up, not at every /readyz."""
+        if self.pool.any_open:
+            return []
+        async with self._probing:  # the start-up check and a /readyz: one AMQP probe, not two
+            return await self._node_problems()
+
+    async def _node_problems(self) -> list[str]:
         problems = []
+        context = self.security.amqp_context
         for url in self.endpoints.urls:
-            problem = await probe.check(url, self.security.amqp_context, BROKER_PROBE_TIMEOUT)
+            if url in self._speaks_amqp:
+                problem = await probe.reachable(url, context, BROKER_PROBE_TIMEOUT)
+            else:
+                problem = await probe.check(url, context, BROKER_PROBE_TIMEOUT)
+                if problem is None:
+                    self._speaks_amqp.add(url)
             if problem is None:
                 return []
             problems.append(problem)
@@ -217,17 +237,32 @@ class BridgeServer:
 
     async def _watch_broker(self) -> None:
         """At start-up, one WARNING if no RabbitMQ node answers AMQP (a wrong amqp_url is not
-        silent until the first CONNECT fails), and one INFO line once one does."""
+        silent until the first CONNECT fails), and one INFO line once one does. Afterwards, every
+        BROKER_RETRY seconds: losing every node is one WARNING, and its return another (each
+        client's lost connection is an INFO line of its own)."""
         problems = await self._broker_problems()
-        if not problems:
-            return
-        log.warning(
-            "RabbitMQ does not answer AMQP: every CONNECT fails until it does; check amqp_url",
-            extra={"problems": "; ".join(problems), "retry_seconds": BROKER_RETRY},
-        )
-        while await self._broker_problems():
+        if problems:
+            log.warning(
+                "RabbitMQ does not answer AMQP: every CONNECT fails until it does; check amqp_url",
+                extra={"problems": "; ".join(problems), "retry_seconds": BROKER_RETRY},
+            )
+            while await self._broker_problems():
+                await asyncio.sleep(BROKER_RETRY)
+            log.info("RabbitMQ answers AMQP now")
+        loop = asyncio.get_running_loop()
+        while True:
             await asyncio.sleep(BROKER_RETRY)
-        log.info("RabbitMQ answers AMQP now")
+            problems = await self._broker_problems()
+            if not problems:
+                continue
+            lost = loop.time()
+            log.warning(
+                "RabbitMQ unreachable: no node answers; every CONNECT fails until one does",
+                extra={"problems": "; ".join(problems), "retry_seconds": BROKER_RETRY},
+            )
+            while await self._broker_problems():
+                await asyncio.sleep(BROKER_RETRY)
+            log.warning("RabbitMQ reachable again", extra={"unreachable_seconds": round(loop.time() - lost, 1)})
 
     def _refusal(self, peer: str | None) -> tuple[str, str] | None:
         s = self.admission
