@@ -25,11 +25,19 @@ def _fields(record: logging.LogRecord) -> dict[str, object]:
     return {k: v for k, v in record.__dict__.items() if k not in _STANDARD and v not in ("", None)}
 
 
+def _text(value: object) -> str:
+    """A field's value in a text line: quoted (Python's repr) where it has a space, a quote or a
+    character that is not printable, so a value a client chose (a login, a destination) cannot
+    break the line or pass for another field."""
+    if isinstance(value, str) and (not value.isprintable() or any(c in value for c in " '\"=")):
+        return repr(value)
+    return str(value)
+
+
 class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         base = f"{timestamp(record)} {record.levelname} {record.name}: {record.getMessage()}"
-        extra = " ".join(f"{k}={v!r}" if isinstance(v, str) and " " in v else f"{k}={v}"
-                         for k, v in _fields(record).items())
+        extra = " ".join(f"{k}={_text(v)}" for k, v in _fields(record).items())
         line = f"{base} {extra}" if extra else base
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)

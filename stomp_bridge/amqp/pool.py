@@ -71,6 +71,7 @@ from typing import Any
 
 import aiormq
 
+from stomp_bridge.amqp.errors import describe
 from stomp_bridge.amqp.reader import Hooks
 
 log = logging.getLogger(__name__)
@@ -324,7 +325,7 @@ class AmqpPool:
         try:
             await asyncio.wait_for(shared.connection.close(), timeout=5)
         except Exception as exc:  # noqa: BLE001 - the broker may already be gone
-            log.debug("amqp close failed: %r", exc)
+            log.debug("amqp close failed: %s", describe(exc))
 
     async def close(self) -> None:
         """Close every connection (shutdown, after the sessions have left)."""
@@ -336,4 +337,4 @@ class AmqpPool:
                     try:
                         await asyncio.wait_for(shared.connection.close(), timeout=5)
                     except Exception as exc:  # noqa: BLE001
-                        log.debug("amqp close failed: %r", exc)
+                        log.debug("amqp close failed: %s", describe(exc))

@@ -51,3 +51,16 @@ def test_the_offset_is_the_machines_zone(monkeypatch, zone):
     finally:
         monkeypatch.undo()
         time.tzset()
+
+
+@pytest.mark.parametrize(("value", "shown"), [
+    ("guest", "guest"),
+    ("two words", "'two words'"),
+    ("evil\n2026-12-01T00:00:00.000+00:00 INFO x: client connected user=admin", None),
+    ("a=b", "'a=b'"),
+    ("tab\there", "'tab\\there'"),
+])
+def test_a_value_a_client_chose_cannot_break_a_text_line(value, shown):
+    line = TextFormatter().format(record("connection closed", user=value))
+    assert "\n" not in line
+    assert line.endswith(f"user={shown if shown is not None else repr(value)}")
