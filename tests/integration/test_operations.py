@@ -187,7 +187,9 @@ def test_losing_every_node_is_one_warning_and_its_return_another(bridge, broker,
         conn = dial(server)
         conn.connect()
         proxy.refuse(close_listener=True)  # the node is gone: connections reset, new ones refused
-        assert conn.error_then_close()["message"] == "Broker connection lost"
+        error = conn.error_then_close()
+        assert error["message"] == "Broker connection lost"
+        assert error.text.startswith("The connection to RabbitMQ closed (") and "<" not in error.text, error.text
         wait_for("RabbitMQ unreachable: no node answers; every CONNECT fails until one does")
         assert get(server, "/readyz")[0] == 503
         time.sleep(1.0)  # ten more checks, and no second line
@@ -281,6 +283,33 @@ def test_one_info_line_when_a_client_connects_and_one_when_it_leaves(bridge, dia
     assert record.user == "guest" and record.vhost == "/"
     assert record.reason == "client closed"
     assert record.peer.startswith("127.0.0.1:")
+
+
+def _closed_line(caplog) -> logging.LogRecord:
+    deadline = time.monotonic() + 5
+    while not (closed := [r for r in caplog.records if r.getMessage() == "connection closed"]):
+        assert time.monotonic() < deadline, "no 'connection closed' line"
+        time.sleep(0.05)
+    (record,) = closed
+    return record
+
+
+@pytest.mark.parametrize(("passcode", "vhost", "detail"), [
+    ("wrong", "/", "ACCESS_REFUSED"),
+    ("guest", "no-such-vhost-for-ops", "the vhost does not exist, or the user may not use it"),
+], ids=["passcode", "vhost"])
+def test_a_failed_login_line_names_the_user_and_says_why_in_words(bridge, dial, caplog, passcode, vhost, detail):
+    """Which user failed is what an operator looks for (a client with a stale password, a
+    guessing attacker); the reason is RabbitMQ's, in words: aiormq's 'Expected one of
+    ['Connection.OpenOk'], got <Connection.Close object at 0x…>' named no vhost and an address."""
+    caplog.set_level(logging.INFO, logger="stomp_bridge")
+    conn = dial(bridge())
+    conn.send_frame("CONNECT", {"accept-version": "1.2", "host": vhost, "login": "guest", "passcode": passcode})
+    assert conn.error_then_close()["message"] == "Bad CONNECT"
+    record = _closed_line(caplog)
+    assert (record.user, record.reason) == ("guest", "Bad CONNECT")
+    assert detail in record.detail
+    assert "object at 0x" not in record.detail and "<" not in record.detail
 
 
 def test_a_dead_node_in_the_list_is_skipped(bridge, dial, broker):
