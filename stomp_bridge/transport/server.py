@@ -16,6 +16,7 @@ import ssl
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from stomp_bridge import memory
 from stomp_bridge.amqp import probe
 from stomp_bridge.amqp.connect import install as install_amqp
 from stomp_bridge.amqp.connect import make_pool
@@ -96,6 +97,8 @@ class BridgeServer:
         self._tls_server: asyncio.base_events.Server | None = None
         self._tls_watch: asyncio.Task[None] | None = None
         self._broker_watch: asyncio.Task[None] | None = None
+        self._memory_watch: asyncio.Task[None] | None = None
+        self.release = memory.Release()  # memory given back once a load passed (memory.py)
         self._speaks_amqp: set[str] = set()  # nodes that answered the AMQP probe (_broker_problems)
         self._probing = asyncio.Lock()
         listeners = settings.listeners
@@ -171,6 +174,7 @@ class BridgeServer:
         if self.tls is not None and tls.tls_reload_interval:
             self._tls_watch = asyncio.ensure_future(self._watch_tls(tls.tls_reload_interval))
         self._broker_watch = asyncio.ensure_future(self._watch_broker())
+        self._memory_watch = asyncio.ensure_future(self._watch_memory())
         if ops.http_port is not None:
             self.ops = OpsServer(ops.http_host, ops.http_port, self.metrics.render, self.ready)
             await self.ops.start()
@@ -263,6 +267,14 @@ class BridgeServer:
             while await self._broker_problems():
                 await asyncio.sleep(BROKER_RETRY)
             log.warning("RabbitMQ reachable again", extra={"unreachable_seconds": round(loop.time() - lost, 1)})
+
+    async def _watch_memory(self) -> None:
+        """Every memory.TICK seconds: forget the login throttle's cold pairs, collect what closed
+        connections left, trim the C heap (memory.Release decides)."""
+        while True:
+            await asyncio.sleep(memory.TICK)
+            self.throttle.sweep()
+            self.release.tick(len(self._connections))
 
     def _refusal(self, peer: str | None) -> tuple[str, str] | None:
         s = self.admission
@@ -414,6 +426,8 @@ class BridgeServer:
     def _release(self, task: asyncio.Task[Any]) -> None:
         """A registered connection ended: out of the registry and its address's count."""
         connection = self._connections.pop(task, None)
+        if connection is not None:
+            self.release.connection_closed()
         ip = connection.peer if connection is not None else None
         if ip is not None:
             left = self._per_ip.get(ip, 1) - 1
@@ -464,7 +478,7 @@ class BridgeServer:
         self._closing = True
         for listener in self._listeners:
             listener.close()
-        for watch in (self._tls_watch, self._broker_watch):
+        for watch in (self._tls_watch, self._broker_watch, self._memory_watch):
             if watch is not None:
                 watch.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
