@@ -319,12 +319,18 @@ def test_the_standard_variables_name_the_service(monkeypatch, env, service):
 
 
 @pytest.fixture
-def silent_collector():
-    """An OTLP/HTTP address that accepts connections and never answers (a collector that hangs)."""
+def silent_collector(monkeypatch):
+    """An OTLP/HTTP address that accepts connections and never answers (a collector that hangs),
+    kept until the SDK's abandoned shutdown has given up (its export timeout shortened to 1 s),
+    so that nothing retries against a closed port after the test."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "1")
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen(64)
         yield f"http://127.0.0.1:{listener.getsockname()[1]}/v1/traces"
+        for thread in threading.enumerate():
+            if thread.name == "stomp-bridge tracing shutdown":
+                thread.join(15)
 
 
 async def test_shutdown_exports_within_its_timeout_even_when_the_collector_never_answers(silent_collector):
