@@ -414,3 +414,21 @@ def test_tag_name_cuts_either_prefix():
     without = subscribe_consumer_tag({"destination": "/queue/a"})
     assert (tag_name(with_id), has_subscription_id(with_id)) == ("s-1", True)
     assert (tag_name(without), has_subscription_id(without)) == ("/queue/a", False)
+
+
+def test_a_scheduled_messages_level_headers_stay_out_of_its_message():
+    """The delay levels route by stomp-bridge-delay-<k>, -exchange and -unroutable; a MESSAGE
+    shows _AMQ_SCHED_DELIVERY and RabbitMQ's x-first-death-* but not those."""
+    from stomp_bridge.protocol import scheduled
+
+    table = {"colour": "red", "stomp-bridge-delay-3": "1", "stomp-bridge-delay-8": "1", "stomp-bridge-exchange": "",
+             "stomp-bridge-unroutable": "drop", "_AMQ_SCHED_DELIVERY": 1796168803451,
+             "x-first-death-reason": "expired", "stomp-bridge-other": "kept"}
+    out = message_headers("T_1", "session-x", 1, "", "q", False, {"headers": table})
+    assert [name for name in out if name.startswith("stomp-bridge-")] == ["stomp-bridge-other"]
+    assert (out["colour"], out["_AMQ_SCHED_DELIVERY"], out["x-first-death-reason"]) == ("red", "1796168803451", "expired")
+    plain = message_headers("T_1", "session-x", 1, "", "q", False, {"headers": {"stomp-bridge-delay-3": "1"}})
+    assert plain["stomp-bridge-delay-3"] == "1", "not a scheduled message: its headers are the sender's"
+    send = {"AMQ_SCHEDULED_DELAY": "5", "stomp-bridge-delay-7": "1", "stomp-bridge-unroutable": "keep", "x": "y"}
+    scheduled.without_schedule_headers(send)
+    assert send == {"x": "y"}
