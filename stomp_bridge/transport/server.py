@@ -221,19 +221,19 @@ class BridgeServer:
         logs as a WARNING: so once per node, at start-up, not at every /readyz."""
         if self.pool.any_open:
             return []
-        async with self._probing:  # the start-up check and a /readyz: one AMQP probe, not two
-            return await self._node_problems()
-
-    async def _node_problems(self) -> list[str]:
         problems = []
         context = self.security.amqp_context
         for url in self.endpoints.urls:
-            if url in self._speaks_amqp:
-                problem = await probe.reachable(url, context, BROKER_PROBE_TIMEOUT)
-            else:
-                problem = await probe.check(url, context, BROKER_PROBE_TIMEOUT)
-                if problem is None:
-                    self._speaks_amqp.add(url)
+            if url not in self._speaks_amqp:
+                async with self._probing:  # the start-up check and a /readyz: one AMQP probe, not two
+                    if url not in self._speaks_amqp:
+                        problem = await probe.check(url, context, BROKER_PROBE_TIMEOUT)
+                        if problem is None:
+                            self._speaks_amqp.add(url)
+                            return []
+                        problems.append(problem)
+                        continue
+            problem = await probe.reachable(url, context, BROKER_PROBE_TIMEOUT)
             if problem is None:
                 return []
             problems.append(problem)
