@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from stomp_bridge import __version__
 from stomp_bridge.logs import configure
 from stomp_bridge import processes
-from stomp_bridge.settings import Settings, load, masked, reference
+from stomp_bridge.settings import Settings, UnknownSetting, load, masked, reference
 
 log = logging.getLogger("stomp_bridge")
 
@@ -116,6 +116,10 @@ def _settings_or_exit(argv: list[str]) -> Settings | int:
             else:  # a rule across settings (listeners, TLS, certificate login, profile, proxy)
                 print(f"stomp-bridge: invalid configuration: {message}", file=sys.stderr)
         return 2
+    except UnknownSetting as exc:
+        for problem in exc.problems:
+            print(f"stomp-bridge: {problem}", file=sys.stderr)
+        return 2
     except (OSError, ValueError) as exc:
         print(f"stomp-bridge: {exc}", file=sys.stderr)
         return 2
@@ -131,9 +135,8 @@ def _manifest(argv: list[str]) -> int:
         except (OSError, manifest.ManifestError) as exc:
             print(f"stomp-bridge: {argv[1]}: invalid manifest: {exc}", file=sys.stderr)
             return 1
-        print(f"{argv[1]}: valid; servers {', '.join(found.servers)}; host {found.host!r}; "
-              f"destination {found.destination!r}")
-        return 0
+        return _output(f"{argv[1]}: valid; servers {', '.join(found.servers)}; host {found.host!r}; "
+                       f"destination {found.destination!r}\n")
     if argv[:1] != ["write"]:
         print("usage: stomp-bridge manifest write [-o FILE] [settings flags] | "
               "stomp-bridge manifest validate FILE", file=sys.stderr)
@@ -150,7 +153,7 @@ def _manifest(argv: list[str]) -> int:
         print(f"stomp-bridge: {exc}", file=sys.stderr)
         return 2
     if args.output == "-":
-        print(text, end="")
+        return _output(text)
     else:
         with open(args.output, "w", encoding="utf-8") as out:
             out.write(text)
@@ -169,22 +172,32 @@ async def _forward(settings: Settings) -> None:
     await forwarder.run(processes.stop_signal())
 
 
+def _output(text: str) -> int:
+    """``text`` on stdout; 0, also when the reader left early (``config show | head``): a closed
+    pipe ends the output, not in a BrokenPipeError traceback."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # what is still buffered would raise again when Python flushes stdout at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["manifest"]:
         return _manifest(argv[1:])
     command, _ = parse(argv)
     if command == ["config", "reference"]:
-        print(reference(), end="")
-        return 0
+        return _output(reference())
     forward = command == ["forward"]
     show = command == ["config", "show"]
     settings = _settings_or_exit(argv)
     if isinstance(settings, int):
         return settings
     if show:
-        print(json.dumps(masked(settings), indent=2, sort_keys=True))
-        return 0
+        return _output(json.dumps(masked(settings), indent=2, sort_keys=True) + "\n")
     configure(settings.log_level, settings.log_format)
     if forward:
         try:

@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
+
+from docker.errors import DockerException
 
 try:
     from testcontainers.community.rabbitmq import RabbitMqContainer
@@ -24,7 +26,8 @@ from testcontainers.core.network import Network
 from testcontainers.core.wait_strategies import HttpWaitStrategy
 
 from stomp_bridge import __version__
-from stomp_bridge.settings import Settings
+from stomp_bridge.settings import Settings, UnknownSetting
+from stomp_bridge.settings.names import unknown_keys
 
 STOMP_PORT = 61613
 WS_PORT = 15674
@@ -35,10 +38,29 @@ RABBITMQ_ALIAS = "rabbitmq"
 USER = PASSWORD = "stomp"
 
 
+class DockerUnavailable(RuntimeError):
+    """No Docker engine answers: the container helpers cannot run (the message says what can)."""
+
+
+@contextmanager
+def _docker(what: str) -> Iterator[None]:
+    """docker-py's refusal when no engine answers, as a :class:`DockerUnavailable` that says
+    what to use instead."""
+    try:
+        yield
+    except DockerException as exc:
+        raise DockerUnavailable(
+            f"{what} needs a Docker engine, and none answers ({exc}). Start Docker (or set DOCKER_HOST), "
+            "or run the bridge in this process without Docker: stomp_bridge.testing.running_bridge(amqp_url), "
+            "against any RabbitMQ."
+        ) from exc
+
+
 def setting_env(name: str, value: Any) -> tuple[str, str]:
     """``("max_frame_size", 1024)`` -> ``("STOMP_BRIDGE_MAX_FRAME_SIZE", "1024")``."""
-    if name not in Settings.model_fields:
-        raise ValueError(f"{name!r} is not a stomp-bridge setting (see `stomp-bridge config reference`)")
+    problems = unknown_keys([name], Settings.model_fields, values={name: value})
+    if problems:
+        raise UnknownSetting(problems)
     if isinstance(value, bool):
         text = "true" if value else "false"
     elif isinstance(value, (list, tuple)):
@@ -60,7 +82,8 @@ class StompBridgeContainer(DockerContainer):
         settings: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(image, **kwargs)
+        with _docker("StompBridgeContainer"):
+            super().__init__(image, **kwargs)
         self.with_exposed_ports(STOMP_PORT, WS_PORT, HTTP_PORT)
         self.with_env("STOMP_BRIDGE_AMQP_URL", amqp_url)
         for name, value in (settings or {}).items():
@@ -90,8 +113,9 @@ def container_pair(
     **settings: Any,
 ) -> tuple[RabbitMqContainer, StompBridgeContainer]:
     """RabbitMQ and the bridge wired to each other on ``network``, not started."""
-    rabbit = RabbitMqContainer(rabbitmq_image, username=USER, password=PASSWORD,
-                               docker_client_kw=docker_client_kw)
+    with _docker("container_pair"):
+        rabbit = RabbitMqContainer(rabbitmq_image, username=USER, password=PASSWORD,
+                                   docker_client_kw=docker_client_kw)
     rabbit.with_network(network).with_network_aliases(RABBITMQ_ALIAS)
     settings.setdefault("default_user", USER)
     settings.setdefault("default_pass", PASSWORD)
@@ -106,7 +130,10 @@ def bridge_with_rabbitmq(
     image: str = DEFAULT_IMAGE, rabbitmq_image: str = RABBITMQ_IMAGE, **settings: Any
 ) -> Iterator[StompBridgeContainer]:
     """Start RabbitMQ, then the bridge in front of it; both removed on exit."""
-    with Network() as network:
-        rabbit, bridge = container_pair(network, image, rabbitmq_image, **settings)
-        with rabbit, bridge:
-            yield bridge
+    with ExitStack() as stack:
+        with _docker("bridge_with_rabbitmq"):  # docker-py's own errors, up to both containers started
+            network = stack.enter_context(Network())
+            rabbit, bridge = container_pair(network, image, rabbitmq_image, **settings)
+            stack.enter_context(rabbit)
+            stack.enter_context(bridge)
+        yield bridge

@@ -9,19 +9,35 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from datetime import datetime
 
 _STANDARD = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
+
+
+def timestamp(record: logging.LogRecord) -> str:
+    """The record's time in RFC 3339 (ISO 8601 with the zone), milliseconds, the machine's zone:
+    ``2026-12-01T18:57:30.705+00:00``; logging's default (``2026-12-01 18:57:30,705``) names no
+    zone and puts a comma before the milliseconds, which log pipelines do not parse as a time."""
+    return datetime.fromtimestamp(record.created).astimezone().isoformat(timespec="milliseconds")
 
 
 def _fields(record: logging.LogRecord) -> dict[str, object]:
     return {k: v for k, v in record.__dict__.items() if k not in _STANDARD and v not in ("", None)}
 
 
+def _text(value: object) -> str:
+    """A field's value in a text line: quoted (Python's repr) where it has a space, a quote or a
+    character that is not printable, so a value a client chose (a login, a destination) cannot
+    break the line or pass for another field."""
+    if isinstance(value, str) and (not value.isprintable() or any(c in value for c in " '\"=")):
+        return repr(value)
+    return str(value)
+
+
 class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        base = f"{self.formatTime(record)} {record.levelname} {record.name}: {record.getMessage()}"
-        extra = " ".join(f"{k}={v!r}" if isinstance(v, str) and " " in v else f"{k}={v}"
-                         for k, v in _fields(record).items())
+        base = f"{timestamp(record)} {record.levelname} {record.name}: {record.getMessage()}"
+        extra = " ".join(f"{k}={_text(v)}" for k, v in _fields(record).items())
         line = f"{base} {extra}" if extra else base
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
@@ -31,7 +47,7 @@ class TextFormatter(logging.Formatter):
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         data: dict[str, object] = {
-            "time": self.formatTime(record),
+            "time": timestamp(record),
             "level": record.levelname,
             "logger": record.name,
             "message": record.getMessage(),

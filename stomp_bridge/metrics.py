@@ -13,6 +13,12 @@ server, urllib.request, email and WSGI modules its package imports, was about 2 
 bridge process's memory. prometheus_client is imported where its families are asked for
 (:func:`family`: the supervisor of ``workers``, the tests).
 
+The standard ``process_*`` families (resident and virtual memory, CPU seconds, open and maximum
+file descriptors, start time) are read from ``/proc`` at each scrape (:func:`process_values`),
+with the names, help and values prometheus_client's ``ProcessCollector`` gives; the supervisor
+of ``workers`` combines each its own way (``Spec.workers``: a sum of the processes' memory and
+CPU, the most file descriptors one of them holds, the oldest start).
+
 Label values come from fixed sets, never from what a client or RabbitMQ chose:
 a client names its frames' commands and RabbitMQ's reply text names the AMQP
 error an ERROR quotes. Taken as they come, either would let a peer invent
@@ -24,6 +30,7 @@ user, vhost, queue, destination, peer address or secret.
 from __future__ import annotations
 
 import math
+import os
 from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -159,6 +166,9 @@ class Spec(NamedTuple):
     source: str  # the Counters attribute, or "live:<key>" for a value read from the sessions at scrape time
     label: str = ""  # its one label, if any
     when: str = ""  # served only then (the docs say so)
+    # how the supervisor of workers combines the workers' samples (and its own, for process_*):
+    # "sum", "max" or "min"
+    workers: str = "sum"
 
 
 # Every metric family of one bridge process, in the order /metrics serves them.
@@ -241,6 +251,30 @@ METRICS: tuple[Spec, ...] = (
     Spec("stomp_bridge_publish_confirm_seconds", "histogram", "Time from publish to RabbitMQ's confirm.",
          "confirm_latency"),
 )
+# The process's own, as every Prometheus-instrumented service has them (prometheus_client's
+# ProcessCollector: the same names, help and values), read from /proc (:func:`process_values`).
+LINUX = "/proc (Linux)"
+PROCESS_METRICS: tuple[Spec, ...] = (
+    Spec("process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.", "process:virtual_memory_bytes",
+         when=LINUX),
+    Spec("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.",
+         "process:resident_memory_bytes", when=LINUX),
+    Spec("process_start_time_seconds", "gauge", "Start time of the process since unix epoch in seconds.",
+         "process:start_time_seconds", when=LINUX, workers="min"),
+    Spec("process_cpu_seconds", "counter", "Total user and system CPU time spent in seconds.",
+         "process:cpu_seconds", when=LINUX),
+    Spec("process_open_fds", "gauge", "Number of open file descriptors.", "process:open_fds", when=LINUX,
+         workers="max"),
+    Spec("process_max_fds", "gauge", "Maximum number of open file descriptors.", "process:max_fds", when=LINUX,
+         workers="min"),
+)
+WORKERS_RULE = {  # docs/operations.md: what the supervisor of workers serves
+    "sum": "the sum over the supervisor and its workers",
+    "max": "the most any one of those processes has (the limit is per process)",
+    "min": "the least of those processes' values",
+}
+WORKERS_RULE_OF = {"process_start_time_seconds": "the supervisor's, the oldest process's",
+                   "process_max_fds": "the lowest of those processes' limits"}
 # What the supervisor adds to the workers' sum (``processes.Supervisor.metrics``).
 SUPERVISOR_METRICS: tuple[Spec, ...] = (
     Spec("stomp_bridge_workers", "gauge", "Worker processes answering /metrics.", "", when="workers > 1"),
@@ -267,9 +301,63 @@ def family(spec: Spec, value: Any) -> Any:
     return kind(spec.name, spec.help, value=value)
 
 
-def _values(counters: Counters, live: dict[str, float]) -> Iterable[tuple[Spec, Any]]:
-    """Each family's spec and value, in the order /metrics serves them (a live value the
-    server does not feed is left out)."""
+def _page_size() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not Unix
+        return 4096
+
+
+def _clock_ticks() -> float:
+    try:
+        return float(os.sysconf("SC_CLK_TCK"))
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not Unix
+        return 100.0
+
+
+_boot_time: float | None = None
+
+
+def _booted(proc: str) -> float:
+    """The machine's boot time (``btime`` of /proc/stat), read once."""
+    global _boot_time
+    if _boot_time is None:
+        with open(os.path.join(proc, "stat"), "rb") as stat:
+            _boot_time = next((float(line.split()[1]) for line in stat if line.startswith(b"btime ")), 0.0)
+    return _boot_time
+
+
+def process_values(pid: int | str = "self", proc: str = "/proc") -> dict[str, float]:
+    """The ``process_*`` values of process ``pid``, read as prometheus_client's ProcessCollector
+    reads them (its /proc/<pid>/stat fields, limits and fd directory); {} where there is no /proc,
+    and without what cannot be read."""
+    values: dict[str, float] = {}
+    where = os.path.join(proc, str(pid))
+    try:
+        with open(os.path.join(where, "stat"), "rb") as stat:
+            parts = stat.read().split(b")")[-1].split()  # after the command name, which may hold spaces
+        ticks = _clock_ticks()
+        values["virtual_memory_bytes"] = float(parts[20])
+        values["resident_memory_bytes"] = float(parts[21]) * _page_size()
+        values["start_time_seconds"] = float(parts[19]) / ticks + _booted(proc)
+        values["cpu_seconds"] = float(parts[11]) / ticks + float(parts[12]) / ticks  # as ProcessCollector adds
+    except (OSError, IndexError, ValueError, StopIteration):
+        return {}
+    try:
+        values["open_fds"] = float(len(os.listdir(os.path.join(where, "fd"))))
+        with open(os.path.join(where, "limits"), "rb") as limits:
+            for line in limits:
+                if line.startswith(b"Max open files"):
+                    values["max_fds"] = float(line.split()[3])  # the soft limit ("unlimited": left out)
+                    break
+    except (OSError, IndexError, ValueError):
+        pass
+    return values
+
+
+def _values(counters: Counters, live: dict[str, float], process: dict[str, float]) -> Iterable[tuple[Spec, Any]]:
+    """Each family's spec and value, in the order /metrics serves them (a live or process value
+    the server does not feed is left out)."""
     for spec in METRICS:
         if spec.source.startswith("live:"):
             key = spec.source[5:]
@@ -277,18 +365,28 @@ def _values(counters: Counters, live: dict[str, float]) -> Iterable[tuple[Spec, 
                 yield spec, live[key]
         else:
             yield spec, getattr(counters, spec.source)
+    yield from process_families(process)
+
+
+def process_families(process: dict[str, float]) -> Iterable[tuple[Spec, float]]:
+    for spec in PROCESS_METRICS:
+        key = spec.source[8:]
+        if key in process:
+            yield spec, process[key]
 
 
 class BridgeCollector:
     """The bridge's families as prometheus_client's collectors give them (``collect()``), for
     a prometheus_client registry."""
 
-    def __init__(self, counters: Counters, live: Callable[[], dict[str, float]]) -> None:
+    def __init__(self, counters: Counters, live: Callable[[], dict[str, float]],
+                 process: Callable[[], dict[str, float]] = process_values) -> None:
         self.counters = counters
         self.live = live
+        self.process = process
 
     def collect(self) -> Iterable[Any]:
-        for spec, value in _values(self.counters, self.live()):
+        for spec, value in _values(self.counters, self.live(), self.process()):
             yield family(spec, value)
 
 
@@ -317,11 +415,16 @@ def _label(text: str) -> str:
     return text.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"')
 
 
-def exposition(counters: Counters, live: dict[str, float]) -> bytes:
+def exposition(counters: Counters, live: dict[str, float], process: dict[str, float]) -> bytes:
     """/metrics in the Prometheus text format (version 0.0.4), as ``generate_latest`` writes
     :class:`BridgeCollector`'s families."""
+    return render(_values(counters, live, process))
+
+
+def render(families: Iterable[tuple[Spec, Any]]) -> bytes:
+    """Families given as (spec, value) in the Prometheus text format, as ``generate_latest``."""
     out = []
-    for spec, value in _values(counters, live):
+    for spec, value in families:
         if spec.kind == "histogram":
             name = spec.name
             out.append(f"# HELP {name} {_help(spec.help)}\n# TYPE {name} histogram\n")
@@ -345,7 +448,7 @@ def reference() -> str:
     """docs/operations.md's table of every metric, from :data:`METRICS` (scripts/docs-tables.py
     writes it; tests/unit/test_docs_tables.py fails when the page's copy differs)."""
     rows = ["| metric | type | label | what it counts |", "|---|---|---|---|"]
-    for spec in METRICS + SUPERVISOR_METRICS:
+    for spec in METRICS + PROCESS_METRICS + SUPERVISOR_METRICS:
         if spec.kind == "counter":
             name = f"`{spec.name}_total`"
         elif spec.kind == "histogram":
@@ -354,6 +457,8 @@ def reference() -> str:
             name = f"`{spec.name}`"
         label = f"`{spec.label}`" if spec.label else ""
         what = spec.help + (f" Only with {spec.when}." if spec.when else "")
+        if spec in PROCESS_METRICS:
+            what += f" With workers: {WORKERS_RULE_OF.get(spec.name, WORKERS_RULE[spec.workers])}."
         rows.append(f"| {name} | {spec.kind} | {label} | {what} |")
     return "\n".join(rows) + "\n"
 
@@ -361,11 +466,13 @@ def reference() -> str:
 class Metrics:
     """What one bridge serves on ``/metrics``."""
 
-    def __init__(self, live: Callable[[], dict[str, float]]) -> None:
+    def __init__(self, live: Callable[[], dict[str, float]],
+                 process: Callable[[], dict[str, float]] = process_values) -> None:
         self.counters = Counters()
         self.live = live
+        self.process = process  # the process_* values, read at each scrape (a test gives fixed ones)
         # The families as prometheus_client's (collect()), for those who want them (tests)
-        self.registry = BridgeCollector(self.counters, live)
+        self.registry = BridgeCollector(self.counters, live, process)
 
     def render(self) -> bytes:
-        return exposition(self.counters, self.live())
+        return exposition(self.counters, self.live(), self.process())

@@ -9,7 +9,8 @@ nothing is shared between workers but RabbitMQ, which is what makes them safe: t
 stores nothing.
 
 The supervisor (the process ``stomp-bridge`` started) listens on ``http_port`` alone: its
-``/metrics`` sums every worker's (each worker serves its own on a private loopback port),
+``/metrics`` sums every worker's (each worker serves its own on a private loopback port; the
+``process_*`` families add the supervisor's own, each combined as ``Spec.workers`` says),
 ``/readyz`` is ready when every worker is, and it forwards SIGTERM/SIGINT (graceful
 shutdown of them all) and SIGHUP (TLS reload). A worker that dies is started again, with a
 WARNING and ``stomp_bridge_worker_restarts``. Limits that count connections or failed
@@ -30,7 +31,9 @@ from typing import TYPE_CHECKING, Any
 
 from stomp_bridge.http import OpsServer
 from stomp_bridge.logs import configure
-from stomp_bridge.metrics import SUPERVISOR_METRICS, family
+from stomp_bridge.metrics import (
+    PROCESS_METRICS, SUPERVISOR_METRICS, family, process_families, process_values, render,
+)
 from stomp_bridge.settings import Settings
 from stomp_bridge.transport.server import BridgeServer
 
@@ -260,7 +263,9 @@ class Supervisor:
 
         texts = await asyncio.gather(*(self._get(worker, "/metrics") for worker in self.workers))
         up = sum(1 for status, _ in texts if status == 200)
-        families = sum_families(body.decode() for status, body in texts if status == 200)
+        own = render(process_families(process_values())).decode()  # the supervisor's process_*
+        families = sum_families([*(body.decode() for status, body in texts if status == 200), own],
+                                combine=COMBINE)
         registry = CollectorRegistry()
         registry.register(_Families([
             *families,
@@ -296,9 +301,14 @@ class Supervisor:
         return status, body
 
 
-def sum_families(texts: Iterable[str]) -> list[Metric]:
+COMBINE = {spec.name: spec.workers for spec in PROCESS_METRICS if spec.workers != "sum"}
+_COMBINERS: dict[str, Callable[[float, float], float]] = {"sum": float.__add__, "max": max, "min": min}
+
+
+def sum_families(texts: Iterable[str], combine: dict[str, str] | None = None) -> list[Metric]:
     """Sum Prometheus text expositions sample by sample (same name and labels), keeping each
-    family's type and help; a family or sample that only some workers have is kept as it is."""
+    family's type and help; a family or sample that only some workers have is kept as it is.
+    ``combine`` names the families whose samples are combined otherwise ("max", "min")."""
     from prometheus_client.metrics_core import Metric
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -310,9 +320,10 @@ def sum_families(texts: Iterable[str]) -> list[Metric]:
                 families[family.name] = Metric(family.name, family.documentation, family.type)
                 values[family.name] = {}
             sums = values[family.name]
+            add = _COMBINERS[(combine or {}).get(family.name, "sum")]
             for sample in family.samples:
                 key = (sample.name, tuple(sorted(sample.labels.items())))
-                sums[key] = sums.get(key, 0.0) + sample.value
+                sums[key] = add(sums[key], float(sample.value)) if key in sums else float(sample.value)
     out = []
     for name, family in families.items():
         for (sample_name, labels), value in values[name].items():

@@ -6,7 +6,8 @@
   is the same bridge started and stopped by hand.
 - the ``stomp_bridge`` pytest fixture (``pytest_plugins = ["stomp_bridge.testing"]`` in your
   conftest.py): the same, against ``STOMP_BRIDGE_TEST_AMQP_URL`` or a local RabbitMQ;
-  override the ``stomp_bridge_amqp_url`` fixture to point it elsewhere.
+  override the ``stomp_bridge_amqp_url`` fixture to point it elsewhere, and
+  ``stomp_bridge_settings`` to give it settings (fixed ports: ``{"port": 61623}``).
 - :class:`StompBridgeContainer` and :func:`bridge_with_rabbitmq` (``pip install
   'stomp-bridge[testing]'``, Docker): the bridge image next to a RabbitMQ container.
 """
@@ -170,7 +171,14 @@ if pytest is not None:
         return os.environ.get("STOMP_BRIDGE_TEST_AMQP_URL", LOCAL_RABBITMQ)
 
     @pytest.fixture
-    def stomp_bridge(stomp_bridge_amqp_url: str) -> Iterator[RunningBridge]:
+    def stomp_bridge_settings() -> dict[str, Any]:
+        """The ``stomp_bridge`` fixture's settings by name, as :func:`running_bridge` takes them
+        (none: free ports); override it to pin ports (``{"port": 61623, "http_port": 9411}``)
+        or set anything else."""
+        return {}
+
+    @pytest.fixture
+    def stomp_bridge(stomp_bridge_amqp_url: str, stomp_bridge_settings: dict[str, Any]) -> Iterator[RunningBridge]:
         """A bridge for one test: ``stomp.Connection([stomp_bridge.address])``."""
-        with running_bridge(stomp_bridge_amqp_url) as bridge:
+        with running_bridge(stomp_bridge_amqp_url, **stomp_bridge_settings) as bridge:
             yield bridge

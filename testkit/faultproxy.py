@@ -92,6 +92,7 @@ class FaultProxy:
         self._live = 0  # guarded by _cond
         self._total = 0  # guarded by _cond
         self._refused = 0  # guarded by _cond
+        self._upstream_ports: list[int] = []  # guarded by _cond: each connection's local port to the target
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stopped = False
@@ -196,6 +197,13 @@ class FaultProxy:
         """Connections accepted and reset at once while refusing."""
         with self._cond:
             return self._refused
+
+    @property
+    def upstream_ports(self) -> list[int]:
+        """The local port of each connection made to the target, in order: how the target (its
+        log, its connection list) names the connections that came through the proxy."""
+        with self._cond:
+            return list(self._upstream_ports)
 
     def wait_connections(self, n: int, timeout: float = 10.0, *, exact: bool = False) -> int:
         """Block until at least ``n`` (``exact``: exactly ``n``) connections are live.
@@ -322,6 +330,8 @@ class FaultProxy:
             _reset(client_w)  # cut while connecting
             raise
         writers = (client_w, upstream_w)
+        with self._cond:
+            self._upstream_ports.append(upstream_w.get_extra_info("sockname")[1])
         self._count(+1)
         clean = False
         try:

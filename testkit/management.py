@@ -38,9 +38,11 @@ class Management:
 
         A 500 or 503 is asked again (a few times, a moment apart): the management plugin answers
         so now and then while its statistics are being collected on a busy node (seen on 4.3.6
-        here, between two answers of 200 a second apart)."""
+        here, between two answers of 200 a second apart). Not a health check's: its 503 is
+        its answer (an alarm, a queue that would lose its quorum), wanted at once."""
+        attempts = 1 if path.startswith("/health/") else SERVER_ERROR_ATTEMPTS
         data = None if body is None else json.dumps(body).encode()
-        for attempt in range(SERVER_ERROR_ATTEMPTS):
+        for attempt in range(attempts):
             req = urllib.request.Request(self.base + path, data=data, method=method)
             req.add_header("Authorization", self.auth)
             req.add_header("Content-Type", "application/json")
@@ -50,7 +52,7 @@ class Management:
             except urllib.error.HTTPError as exc:
                 if exc.code == 404:
                     return None
-                if exc.code in (500, 503) and attempt + 1 < SERVER_ERROR_ATTEMPTS:
+                if exc.code in (500, 503) and attempt + 1 < attempts:
                     time.sleep(0.25 * (attempt + 1))
                     continue
                 raise

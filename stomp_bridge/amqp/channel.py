@@ -48,7 +48,7 @@ from stomp_bridge.amqp.autoack import AutoAck
 from stomp_bridge.amqp.autoacker import AutoAcker
 from stomp_bridge.amqp.codec import encode_ack, encode_nack, publish_frames
 from stomp_bridge.amqp.delivery import Delivery
-from stomp_bridge.amqp.errors import broker_error
+from stomp_bridge.amqp.errors import broker_error, describe
 from stomp_bridge.amqp.handshake import Handshake
 from stomp_bridge.amqp.lean import GetResult, LeanChannel
 from stomp_bridge.amqp.pool import AmqpPool, SharedConnection, closing_reason
@@ -208,7 +208,7 @@ class AmqpSession:
         """No publishing connection: this session publishes on its own channel from now on."""
         self._separate = False
         log.info("publishing on the session's channel: RabbitMQ opened no publishing connection",
-                 extra={"reason": repr(exc)})
+                 extra={"reason": describe(exc)})
 
     def publish(
         self, exchange: str, routing_key: str, properties: dict[str, Any], body: bytes, mandatory: bool = False

@@ -23,6 +23,7 @@ from pamqp import commands as spec
 
 from stomp_bridge.amqp import internals
 from stomp_bridge.amqp.endpoints import Endpoints
+from stomp_bridge.amqp.errors import describe
 from stomp_bridge.amqp.handshake import Handshake, NotAmqp
 from stomp_bridge.amqp.pool import AmqpPool
 from stomp_bridge.amqp.reader import BulkFrameReceiver, Hooks, current_hooks
@@ -200,7 +201,7 @@ async def _first_node(
                 raise credentials_too_long(login, size, PRE_LOGIN_FRAME_MAX_BEFORE_4_1) from exc
             endpoints.failed(index)
             host, port = endpoints.address(index)
-            failures.append(f"{host}:{port}: {exc!r}")
+            failures.append(f"{host}:{port}: {describe(exc)}")
             continue
         endpoints.succeeded(index)
         return result
@@ -257,13 +258,14 @@ async def _connect(
         ) from exc
     except amqp_exc.ProbableAuthenticationError as exc:
         raise AccessRefused(
-            "Bad CONNECT", f"Access refused for user '{login}'", private=str(exc)
+            "Bad CONNECT", f"Access refused for user '{login}'", private=describe(exc)
         ) from exc
     except (amqp_exc.InvalidFrameError, amqp_exc.ConnectionNotAllowed) as exc:
         # RabbitMQ answers connection.open on an unknown or forbidden vhost
         # with connection.close (NOT_ALLOWED).
         raise AccessRefused(
-            "Bad CONNECT", f"Virtual host '{vhost}' access denied", private=str(exc)
+            "Bad CONNECT", f"Virtual host '{vhost}' access denied",
+            private=f"{describe(exc)}: the vhost does not exist, or the user may not use it",
         ) from exc
     except ValueError as exc:  # pamqp refuses a vhost name AMQP cannot carry (over 127 bytes)
         raise AccessRefused(

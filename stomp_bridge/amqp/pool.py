@@ -72,6 +72,7 @@ from typing import Any
 import aiormq
 import aiormq.exceptions as amqp_exc
 
+from stomp_bridge.amqp.errors import describe
 from stomp_bridge.amqp.reader import Hooks
 
 log = logging.getLogger(__name__)
@@ -200,6 +201,12 @@ class AmqpPool:
     @property
     def connection_count(self) -> int:
         return sum(len(group) for group in self._connections.values())
+
+    @property
+    def any_open(self) -> bool:
+        """Whether an AMQP connection to RabbitMQ is open now (so a node answers: readiness needs
+        no probe of its own)."""
+        return any(not shared.connection.is_closed for group in self._connections.values() for shared in group)
 
     @property
     def closing_count(self) -> int:
@@ -345,7 +352,7 @@ class AmqpPool:
         try:
             await asyncio.wait_for(shared.connection.close(), timeout=5)
         except Exception as exc:  # noqa: BLE001 - the broker may already be gone
-            log.debug("amqp close failed: %r", exc)
+            log.debug("amqp close failed: %s", describe(exc))
 
     async def close(self) -> None:
         """Close every connection (shutdown, after the sessions have left)."""
@@ -357,4 +364,4 @@ class AmqpPool:
                     try:
                         await asyncio.wait_for(shared.connection.close(), timeout=5)
                     except Exception as exc:  # noqa: BLE001
-                        log.debug("amqp close failed: %r", exc)
+                        log.debug("amqp close failed: %s", describe(exc))

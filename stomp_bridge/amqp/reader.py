@@ -34,6 +34,7 @@ from pamqp.heartbeat import Heartbeat
 
 from stomp_bridge.amqp import internals
 from stomp_bridge.amqp.delivery import Delivery
+from stomp_bridge.amqp.errors import describe
 from stomp_bridge.amqp.codec import (
     BASIC_ACK,
     BASIC_DELIVER,
@@ -163,7 +164,7 @@ class BulkFrameReceiver(internals.FrameReceiver):
                     raise self._error
                 exc = self.reader.exception()
                 if exc is not None:
-                    raise amqp_exc.AMQPConnectionError(f"Server connection error: {exc!r}") from exc
+                    raise amqp_exc.AMQPConnectionError(f"Server connection error: {describe(exc)}") from exc
                 if self.reader.at_eof():
                     raise amqp_exc.AMQPConnectionError("Server connection unexpectedly closed")
                 self._waiter = waiter = self.loop.create_future()
@@ -177,7 +178,7 @@ class BulkFrameReceiver(internals.FrameReceiver):
             try:
                 data = await self.reader.read(READ_SIZE)
             except (ConnectionError, OSError) as exc:
-                raise amqp_exc.AMQPConnectionError(f"Server connection error: {exc!r}") from exc
+                raise amqp_exc.AMQPConnectionError(f"Server connection error: {describe(exc)}") from exc
             if not data:
                 raise amqp_exc.AMQPConnectionError("Server connection unexpectedly closed")
             self._buf += data

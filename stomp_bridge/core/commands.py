@@ -40,6 +40,7 @@ def connect(core: Context, frame: Frame, implicit: bool = False) -> Steps:
     request = login.login_request(
         rules, headers, peer=core.peer, cert_login=cert_login, transport=core.credentials, policy=core.policy,
     )
+    core.user = request.user  # the login being tried: the closing line names it if RabbitMQ refuses it
     opened: Opened = yield OpenAmqp(
         request.user, request.passcode, request.vhost, login.fallback_vhost(rules, request.vhost), cert_login,
     )

@@ -114,8 +114,22 @@ def _invalid(kind: str, rest: list[str], header: str) -> InvalidDestination:
     )
 
 
-@functools.lru_cache(maxsize=4096)
+# The parse caches hold destinations up to this long: the longest a valid one can be (an exchange
+# and a routing key of 255 bytes each, every byte escaped as %2F) is about 1,550 characters; a
+# longer header (up to max_header_length, 64 KiB) is parsed each time, never kept: 4,096 cached
+# 60 KB destinations held 470 MB of a bridge that a client had sent 240 MB.
+CACHED_LENGTH = 2048
+CACHE_SIZE = 4096
+
+
 def parse_destination(value: str) -> Destination:
+    """:func:`_parse_destination`, cached for a value up to CACHED_LENGTH characters."""
+    if len(value) > CACHED_LENGTH:
+        return _parse_destination(value)
+    return _cached_destination(value)
+
+
+def _parse_destination(value: str) -> Destination:
     """Parse a ``destination`` header as ``rabbit_routing_util:parse_endpoint/1`` does.
 
     A value without any ``/`` is a queue name (``foo`` is ``/queue/foo``), and
@@ -142,6 +156,9 @@ def parse_destination(value: str) -> Destination:
         f"'{value}' is not a valid destination.\n"
         f"Valid destination types are: {', '.join(ALL_DEST_PREFIXES)}.\n",
     )
+
+
+_cached_destination = functools.lru_cache(maxsize=CACHE_SIZE)(_parse_destination)
 
 
 def _parse_rest(kind: str, rest: list[str], header: str) -> Destination:
@@ -174,7 +191,7 @@ def escape_destination_part(text: str) -> str:
     return "".join([table[b] for b in text.encode("utf-8", "surrogateescape")])
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=CACHE_SIZE)  # keys from RabbitMQ: AMQP short strings, 255 bytes at most
 def message_destination(exchange: str, routing_key: str) -> str:
     """The ``destination`` of a MESSAGE, rebuilt from the delivery (``format_destination/2``).
 
@@ -385,8 +402,7 @@ QUEUE_ARGUMENT_NAMES = frozenset(QUEUE_ARGUMENTS)
 _ROUTED = frozenset((QUEUE, AMQ_QUEUE, REPLY_QUEUE, TOPIC, EXCHANGE))
 
 
-@functools.lru_cache(maxsize=4096)
-def _plain_send_target(value: str, default_topic_exchange: str) -> tuple[Destination, SendTarget] | None:
+def _send_target_of(value: str, default_topic_exchange: str) -> tuple[Destination, SendTarget] | None:
     try:
         dest = parse_destination(value)
     except InvalidDestination:
@@ -395,6 +411,9 @@ def _plain_send_target(value: str, default_topic_exchange: str) -> tuple[Destina
         return None  # send_target refuses it: its ERROR comes from there
     exchange, routing_key = dest.routing(default_topic_exchange)
     return dest, SendTarget(exchange, routing_key, None)
+
+
+_cached_send_target = functools.lru_cache(maxsize=CACHE_SIZE)(_send_target_of)
 
 
 def _check_blank(dest: Destination) -> None:
@@ -430,7 +449,9 @@ class DestinationRules:
         session has declared. None: ask ``parse_destination`` and ``send_target``."""
         if not self.argument_names.isdisjoint(headers):
             return None
-        return _plain_send_target(value, self.default_topic_exchange)
+        if len(value) > CACHED_LENGTH:  # here, not in a wrapper: no Python call more per SEND
+            return _send_target_of(value, self.default_topic_exchange)
+        return _cached_send_target(value, self.default_topic_exchange)
 
     def send_target(self, dest: Destination, headers: Mapping[str, str], *, declare: bool = True) -> SendTarget:
         """Where a SEND goes, and the queue to declare first (``/queue`` only).

@@ -21,6 +21,7 @@ from stomp_bridge.protocol.destinations import DEST_PREFIXES, REPLY_QUEUE_PREFIX
 from stomp_bridge.protocol.errors import FrameRejected, processing_error
 from stomp_bridge.protocol.frames import message_tail
 from stomp_bridge.protocol.integers import NONE, parse_int
+from stomp_bridge.protocol.scheduled import EXCHANGE_HEADER, drop_internal
 
 # -- names (rabbit_stomp_headers.hrl) ----------------------------------------------------
 
@@ -190,7 +191,8 @@ def message_headers(
     timestamp, table, array, void and byte-array entries are dropped. Delivery
     mode 2 is ``persistent:true``, any other mode ``persistent:<n>`` (verified:
     mode 1 gives ``persistent:1``). When a name repeats (a table entry called
-    ``destination``), the first one wins, as a STOMP client reads it.
+    ``destination``), the first one wins, as a STOMP client reads it. A message that passed the
+    scheduled-delivery levels (``protocol/scheduled.py``) loses their own headers here.
     """
     if consumer_tag.startswith(INTERNAL_TAG_PREFIX):
         out = {"subscription": consumer_tag[_TAG_PREFIX_LENGTH:]}  # tag_name, inlined (per delivery; held to it: test_headers)
@@ -215,6 +217,8 @@ def message_headers(
                 out[name] = str(value)
             elif kind is bytes:  # a longstr pamqp could not decode as UTF-8
                 out[name] = value.decode("utf-8", "replace")
+        if EXCHANGE_HEADER in table:  # a scheduled message: the delay levels' headers are not the client's
+            drop_internal(out)
     # Most deliveries carry the headers table and at most a delivery mode: no walk over all
     # twelve properties for those.
     size = len(properties)

@@ -43,6 +43,7 @@ DUE_EXCHANGE = PREFIX + "due"
 BIT_HEADER = "stomp-bridge-delay-"  # + k: present (1) for each set bit of the delay
 EXCHANGE_HEADER = "stomp-bridge-exchange"  # the SEND's exchange
 UNROUTABLE_HEADER = "stomp-bridge-unroutable"  # "keep" (mandatory) or "drop"
+INTERNAL_PREFIX = "stomp-bridge-"  # each of the three above
 
 # Quorum queues: replicated in a cluster, and at-least-once dead-lettering, so no hop loses a
 # message; reject-publish is what at-least-once dead-lettering requires.
@@ -109,9 +110,21 @@ def schedule(delay: int, due_ms: int, *, exchange: str, mandatory: bool) -> Sche
 
 def without_schedule_headers(table: dict[str, Any]) -> None:
     """The SEND's own scheduling headers do not travel on (Artemis removes them too): a consumer
-    that forwards a MESSAGE as a SEND must not schedule it again."""
+    that forwards a MESSAGE as a SEND must not schedule it again. Nor do headers a SEND brings
+    that name the levels' (a ``stomp-bridge-delay-<k>`` the delay has no bit for would make the
+    message wait 2^k ms more at level k)."""
     table.pop(DELAY_HEADER, None)
     table.pop(TIME_HEADER, None)
+    drop_internal(table)
+
+
+def drop_internal(headers: dict[str, Any]) -> None:
+    """Remove the levels' own headers (``stomp-bridge-delay-<k>``, ``stomp-bridge-exchange``,
+    ``stomp-bridge-unroutable``): they route a message through the delay levels and mean nothing
+    to its consumer. ``_AMQ_SCHED_DELIVERY`` stays: Artemis' consumers read it."""
+    for name in [name for name in headers if name.startswith(INTERNAL_PREFIX)]:
+        if name.startswith(BIT_HEADER) or name in (EXCHANGE_HEADER, UNROUTABLE_HEADER):
+            del headers[name]
 
 
 # -- the topology: declared once per session, when it is not there yet -----------------------

@@ -19,12 +19,16 @@ tracing off) runs exactly as before. The STOMP core reports what happens
 Only a recorded (sampled) span replaces a ``traceparent``: where the trace is not sampled the
 client's headers pass through untouched, as they do with tracing off. Sampling is parent-based:
 a client's sampled flag decides for its trace, ``tracing_sample_ratio`` for traces the bridge
-starts. Spans are exported over OTLP/HTTP in batches from the SDK's own thread.
+starts. Spans are exported over OTLP/HTTP in batches from the SDK's own thread; at shutdown what
+is still buffered gets what is left of ``shutdown_grace`` (:meth:`Tracing.close`), and is dropped
+with a WARNING if the collector has not taken it by then.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -73,14 +77,23 @@ def _provider(settings: TracingSettings) -> Any:
         raise TracingUnavailable(
             f"tracing=true needs the OpenTelemetry SDK and OTLP exporter ({exc.name} is missing): {INSTALL}."
         ) from None
-    # service.name unless OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES say otherwise
-    resource = Resource.create({"service.name": "stomp-bridge", "service.version": __version__})
     provider = TracerProvider(
-        sampler=ParentBased(TraceIdRatioBased(settings.tracing_sample_ratio)), resource=resource,
+        sampler=ParentBased(TraceIdRatioBased(settings.tracing_sample_ratio)), resource=resource(),
         shutdown_on_exit=False,  # Tracing.shutdown flushes, when the server closes
     )
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=settings.tracing_endpoint)))
     return provider
+
+
+def resource() -> Any:
+    """The spans' resource: ``service.name`` stomp-bridge and ``service.version``, unless the
+    standard variables say otherwise (``OTEL_SERVICE_NAME``, then ``OTEL_RESOURCE_ATTRIBUTES``:
+    the SDK's own precedence). ``Resource.create(attributes)`` puts its attributes over the
+    variables', so the variables' detector goes on top of it again."""
+    from opentelemetry.sdk.resources import OTELResourceDetector, Resource
+
+    ours = Resource.create({"service.name": "stomp-bridge", "service.version": __version__})
+    return ours.merge(OTELResourceDetector().detect())
 
 
 def unsampled(traceparent: str | bytes) -> bool:
@@ -147,10 +160,40 @@ class Tracing:
     def connection(self, peer_name: str) -> ConnectionTracer:
         return ConnectionTracer(self, peer_name)
 
-    def shutdown(self) -> None:
-        """Export what is buffered and stop (blocking: run it off the event loop)."""
-        if self.owned:
-            self.provider.shutdown()
+    async def close(self, timeout: float) -> bool:
+        """Export what is buffered and stop, within ``timeout`` seconds; False (and a WARNING) if
+        the collector did not take it in time. The SDK's shutdown waits up to 30 s, and its
+        exporter retries each batch for 10 s more: with a collector that does not answer, a pod
+        would outlive its termination grace. Its shutdown runs in a daemon thread of its own,
+        which a process that exits leaves behind."""
+        if not self.owned:
+            return True
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+
+        def finished(_: object = None) -> None:
+            if not done.done():
+                done.set_result(None)
+
+        def shut_down() -> None:
+            try:
+                self.provider.shutdown()
+            except Exception:  # noqa: BLE001 - the SDK's own failure, logged by it; the bridge stops anyway
+                log.debug("tracer provider shutdown failed", exc_info=True)
+            finally:
+                try:
+                    loop.call_soon_threadsafe(finished)
+                except RuntimeError:  # the loop closed: nobody waits any more
+                    pass
+
+        threading.Thread(target=shut_down, name="stomp-bridge tracing shutdown", daemon=True).start()
+        try:
+            await asyncio.wait_for(asyncio.shield(done), max(timeout, 0.0))
+        except asyncio.TimeoutError:
+            log.warning("spans not exported: the trace collector did not take them within shutdown_grace; "
+                        "they are dropped", extra={"timeout_seconds": round(timeout, 3)})
+            return False
+        return True
 
 
 class _Send:

@@ -9,20 +9,18 @@ section at a time, frozen.
 
 from __future__ import annotations
 
+import os
+import tomllib
 import urllib.parse
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import model_validator
-from pydantic_settings import (
-    BaseSettings,
-    PydanticBaseSettingsSource,
-    SettingsConfigDict,
-    TomlConfigSettingsSource,
-    YamlConfigSettingsSource,
-)
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from stomp_bridge.settings import rules
+from stomp_bridge.settings.names import ENV_PREFIX, UnknownSetting, unknown_environment, unknown_keys
 from stomp_bridge.settings.sections import (
     AdmissionSettings, AmqpSettings, CertLoginSettings, ExtensionSettings, FlowSettings,
     ForwarderSettings, HeartbeatSettings, LimitSettings, ListenerSettings, LoginSettings,
@@ -43,9 +41,19 @@ class Settings(  # pydantic takes the last base's fields first: model_fields rea
     a section also takes the whole settings; the view is for handing over no more than that."""
 
     model_config = SettingsConfigDict(
-        env_prefix="STOMP_BRIDGE_", env_nested_delimiter="__", extra="ignore", frozen=False
+        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", frozen=False
     )
     __hash__ = None  # type: ignore[assignment]  # assignable, so unhashable (not a section's hash)
+
+    def __init__(self, **values: Any) -> None:
+        """Refuses a name that is no setting, in the keyword arguments or the environment
+        (``STOMP_BRIDGE_*``), with the setting it nearly is (:class:`UnknownSetting`): a typo
+        that was silently ignored left its default in force."""
+        problems = unknown_keys((k for k in values if not k.startswith("_")), type(self).model_fields)
+        problems += unknown_environment(os.environ, type(self).model_fields)
+        if problems:
+            raise UnknownSetting(problems)
+        super().__init__(**values)
 
     @model_validator(mode="after")
     def _rules(self) -> Settings:
@@ -135,14 +143,12 @@ SECRET_FIELDS = ("default_pass",)
 
 def load(config_file: str | Path | None = None, **overrides: Any) -> Settings:
     """Settings from, highest first: ``overrides`` (CLI flags), ``STOMP_BRIDGE_*``
-    environment variables, the TOML or YAML ``config_file``, defaults."""
+    environment variables, the TOML or YAML ``config_file``, defaults. A file that does not
+    parse, or holds a key that is no setting, is a ValueError naming the file."""
     if config_file is None:
         return Settings(**overrides)
     path = Path(config_file)
-    if not path.is_file():
-        raise FileNotFoundError(f"configuration file {path} does not exist")
-    if path.suffix not in (".toml", ".yaml", ".yml"):
-        raise ValueError(f"configuration file {path} must end in .toml, .yaml or .yml")
+    data = read_file(path)
 
     class FileSettings(Settings):
         @classmethod
@@ -154,13 +160,55 @@ def load(config_file: str | Path | None = None, **overrides: Any) -> Settings:
             dotenv_settings: PydanticBaseSettingsSource,
             file_secret_settings: PydanticBaseSettingsSource,
         ) -> tuple[PydanticBaseSettingsSource, ...]:
-            if path.suffix == ".toml":
-                file_source: PydanticBaseSettingsSource = TomlConfigSettingsSource(settings_cls, path)
-            else:
-                file_source = YamlConfigSettingsSource(settings_cls, path)
-            return init_settings, env_settings, file_source
+            return init_settings, env_settings, _FileSource(settings_cls, data)
 
     return FileSettings(**overrides)
+
+
+def read_file(path: Path) -> dict[str, Any]:
+    """The settings of a TOML or YAML file, checked: it exists, parses, is a table of settings
+    and names only settings; else a ValueError (FileNotFoundError) that starts with its path."""
+    if not path.is_file():
+        raise FileNotFoundError(f"configuration file {path} does not exist")
+    if path.suffix not in (".toml", ".yaml", ".yml"):
+        raise ValueError(f"configuration file {path} must end in .toml, .yaml or .yml")
+    if path.suffix == ".toml":
+        try:
+            with path.open("rb") as f:
+                data: Any = tomllib.load(f)
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:  # the message has the line and column
+            raise ValueError(f"configuration file {path} is not valid TOML: {exc}") from None
+    else:
+        import yaml  # only for a YAML file
+
+        try:
+            with path.open(encoding="utf-8") as f:
+                data = yaml.safe_load(f)
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            raise ValueError(f"configuration file {path} is not valid YAML: {exc}") from None
+    if data is None:  # an empty YAML file
+        data = {}
+    if not isinstance(data, dict):
+        raise ValueError(f"configuration file {path} must be a mapping of settings (key: value), "
+                         f"not a {type(data).__name__}")
+    problems = unknown_keys(data, Settings.model_fields, values=data)
+    if problems:
+        raise UnknownSetting(problems, where=f"configuration file {path}")
+    return data
+
+
+class _FileSource(PydanticBaseSettingsSource):
+    """A settings file's values, read and checked by :func:`read_file`."""
+
+    def __init__(self, settings_cls: type[BaseSettings], data: dict[str, Any]) -> None:
+        super().__init__(settings_cls)
+        self.data = data
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self.data.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(self.data)
 
 
 def masked(settings: Settings) -> dict[str, Any]:

@@ -12,12 +12,14 @@ from __future__ import annotations
 import json
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import NoDecode
 
 from stomp_bridge.protocol.proxy import parse_network
+from stomp_bridge.settings.names import unknown_keys
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+LOG_FORMATS = ("text", "json")
 
 
 def split_list(value: object) -> object:
@@ -45,6 +47,13 @@ def network(text: str) -> str:
     return str(parse_network(text))
 
 
+def url_path(text: str) -> str:
+    """``ws_path``: a URL path, so it starts with ``/`` (in words, not a pattern's text)."""
+    if not text.startswith("/"):
+        raise ValueError(f"{text!r} is not a URL path: it must start with '/' (e.g. /ws)")
+    return text
+
+
 SPLIT = BeforeValidator(split_list)
 OFF_IS_NONE = BeforeValidator(off_is_none)
 CommaList = Annotated[list[str], NoDecode, SPLIT]
@@ -56,7 +65,18 @@ class Section(BaseModel):
     it cannot change and that names what it depends on. Its docstring's first line is the
     section's title in the configuration reference, the rest its introduction."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_names(cls, data: object) -> object:
+        """A name that is no field of the section is refused with the field it nearly is (the
+        whole Settings checks its sources before this: ``names.py``)."""
+        if isinstance(data, dict):
+            problems = unknown_keys(data, cls.model_fields, values=data)
+            if problems:
+                raise ValueError("; ".join(problems))
+        return data
 
 
 class ListenerSettings(Section):
@@ -100,7 +120,8 @@ class WebSocketSettings(Section):
     pages and credentials it accepts.
     """
 
-    ws_path: str = Field("/ws", pattern="^/", description="URL path of the WebSocket endpoint.")
+    ws_path: Annotated[str, AfterValidator(url_path)] = Field(
+        "/ws", json_schema_extra={"pattern": "^/"}, description="URL path of the WebSocket endpoint.")
     ws_max_message_size: Annotated[int | None, OFF_IS_NONE] = Field(
         None,
         ge=1024,
@@ -587,7 +608,7 @@ class OperationsSettings(Section):
         10.0, ge=0, description="Seconds SIGTERM waits for in-flight publishes to be confirmed."
     )
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR.")
-    log_format: str = Field("text", pattern="^(text|json)$", description="text (key=value) or json lines.")
+    log_format: Literal["text", "json"] = Field("text", description="text (key=value) or json lines.")
 
     @field_validator("log_level", mode="before")
     @classmethod
@@ -598,6 +619,18 @@ class OperationsSettings(Section):
             if level not in LOG_LEVELS:
                 raise ValueError(f"{value!r} is not a log level; use one of {', '.join(LOG_LEVELS)}")
             return level
+        return value
+
+    @field_validator("log_format", mode="before")
+    @classmethod
+    def _log_format(cls, value: object) -> object:
+        """In words, as the log level's (a pattern's error was pydantic's ``String should match
+        pattern '^(text|json)$'``)."""
+        if isinstance(value, str):
+            text = value.strip().lower()
+            if text not in LOG_FORMATS:
+                raise ValueError(f"{value!r} is not a log format; use text (key=value) or json (one object per line)")
+            return text
         return value
 
 
@@ -611,9 +644,9 @@ class TracingSettings(Section):
 
     tracing: bool = Field(
         False,
-        description="Record spans for SEND, publish, confirm and RECEIPT, and for delivery, MESSAGE and "
-        "ACK, as children of the client's traceparent, and export them over OTLP (needs the otel extra; "
-        "the bridge does not start without it).",
+        description="Record spans as children of the client's traceparent: `SEND` (to its RECEIPT) and its "
+        "`publish` (to RabbitMQ's confirm), and `MESSAGE` (from the delivery to the client's ACK), and export "
+        "them over OTLP (needs the otel extra; the bridge does not start without it).",
     )
     tracing_endpoint: str | None = Field(
         None,

@@ -26,6 +26,7 @@ import random
 import ssl
 
 from stomp_bridge.amqp.consumer import QueueConsumer
+from stomp_bridge.amqp.errors import describe
 from stomp_bridge.swaptacular.certlogin import amqp_client_context
 from stomp_bridge.swaptacular.manifest import Manifest
 from stomp_bridge.protocol.errors import StompError
@@ -74,7 +75,7 @@ class Forwarder:
             try:
                 await self._connection(stop)
             except (ForwardError, StompError, OSError, ssl.SSLError, asyncio.TimeoutError) as exc:
-                log.warning("forwarding interrupted; reconnecting", extra={"error": str(exc) or repr(exc),
+                log.warning("forwarding interrupted; reconnecting", extra={"error": describe(exc),
                                                                              "retry_in": round(delay, 2)})
             if stop.is_set():
                 break

@@ -16,6 +16,7 @@ import ssl
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from stomp_bridge import memory
 from stomp_bridge.amqp import probe
 from stomp_bridge.amqp.connect import install as install_amqp
 from stomp_bridge.amqp.connect import make_pool
@@ -42,8 +43,9 @@ from stomp_bridge.transport.connection import (
 log = logging.getLogger(__name__)
 
 TLS_SHUTDOWN_TIMEOUT = 2.0
+TRACE_EXPORT_MIN = 0.5  # seconds the buffered spans get at shutdown when the grace is spent
 BROKER_PROBE_TIMEOUT = 2.0  # seconds a RabbitMQ node has to answer the AMQP protocol header
-BROKER_RETRY = 5.0  # seconds between start-up probes while no node answers
+BROKER_RETRY = 5.0  # seconds between checks that a RabbitMQ node answers (_watch_broker)
 # Every TCP client's task's name: one string, not a "Task-<n>" of its own per connection
 CLIENT_TASK = "stomp-bridge client"
 
@@ -100,6 +102,10 @@ class BridgeServer:
         self._tls_server: asyncio.base_events.Server | None = None
         self._tls_watch: asyncio.Task[None] | None = None
         self._broker_watch: asyncio.Task[None] | None = None
+        self._memory_watch: asyncio.Task[None] | None = None
+        self.release = memory.Release()  # memory given back once a load passed (memory.py)
+        self._speaks_amqp: set[str] = set()  # nodes that answered the AMQP probe (_broker_problems)
+        self._probing = asyncio.Lock()
         listeners = settings.listeners
         if listeners.tls_port is not None or listeners.wss_port is not None:
             self.tls = ServerTLS(ServerTLSConfig.from_settings(settings.tls))
@@ -173,6 +179,7 @@ class BridgeServer:
         if self.tls is not None and tls.tls_reload_interval:
             self._tls_watch = asyncio.ensure_future(self._watch_tls(tls.tls_reload_interval))
         self._broker_watch = asyncio.ensure_future(self._watch_broker())
+        self._memory_watch = asyncio.ensure_future(self._watch_memory())
         if ops.http_port is not None:
             self.ops = OpsServer(ops.http_host, ops.http_port, self.metrics.render, self.ready)
             await self.ops.start()
@@ -214,10 +221,28 @@ class BridgeServer:
         return (False, "; ".join(problems)) if problems else (True, "ready")
 
     async def _broker_problems(self) -> list[str]:
-        """[] as soon as one node answers AMQP, else what is wrong with each, in words."""
+        """[] as soon as one node answers, else what is wrong with each, in words.
+
+        What the bridge knows first: an open AMQP connection is RabbitMQ answering, and needs no
+        probe. Else each node in turn: one that has answered AMQP before gets a connection closed
+        before a byte (``probe.reachable``, which RabbitMQ logs at debug level only); one not
+        heard yet the AMQP probe (``probe.check``), whose hang-up after connection.start RabbitMQ
+        logs as a WARNING: so once per node, at start-up, not at every /readyz."""
+        if self.pool.any_open:
+            return []
         problems = []
+        context = self.security.amqp_context
         for url in self.endpoints.urls:
-            problem = await probe.check(url, self.security.amqp_context, BROKER_PROBE_TIMEOUT)
+            if url not in self._speaks_amqp:
+                async with self._probing:  # the start-up check and a /readyz: one AMQP probe, not two
+                    if url not in self._speaks_amqp:
+                        problem = await probe.check(url, context, BROKER_PROBE_TIMEOUT)
+                        if problem is None:
+                            self._speaks_amqp.add(url)
+                            return []
+                        problems.append(problem)
+                        continue
+            problem = await probe.reachable(url, context, BROKER_PROBE_TIMEOUT)
             if problem is None:
                 return []
             problems.append(problem)
@@ -225,17 +250,40 @@ class BridgeServer:
 
     async def _watch_broker(self) -> None:
         """At start-up, one WARNING if no RabbitMQ node answers AMQP (a wrong amqp_url is not
-        silent until the first CONNECT fails), and one INFO line once one does."""
+        silent until the first CONNECT fails), and one INFO line once one does. Afterwards, every
+        BROKER_RETRY seconds: losing every node is one WARNING, and its return another (each
+        client's lost connection is an INFO line of its own)."""
         problems = await self._broker_problems()
-        if not problems:
-            return
-        log.warning(
-            "RabbitMQ does not answer AMQP: every CONNECT fails until it does; check amqp_url",
-            extra={"problems": "; ".join(problems), "retry_seconds": BROKER_RETRY},
-        )
-        while await self._broker_problems():
+        if problems:
+            log.warning(
+                "RabbitMQ does not answer AMQP: every CONNECT fails until it does; check amqp_url",
+                extra={"problems": "; ".join(problems), "retry_seconds": BROKER_RETRY},
+            )
+            while await self._broker_problems():
+                await asyncio.sleep(BROKER_RETRY)
+            log.info("RabbitMQ answers AMQP now")
+        loop = asyncio.get_running_loop()
+        while True:
             await asyncio.sleep(BROKER_RETRY)
-        log.info("RabbitMQ answers AMQP now")
+            problems = await self._broker_problems()
+            if not problems:
+                continue
+            lost = loop.time()
+            log.warning(
+                "RabbitMQ unreachable: no node answers; every CONNECT fails until one does",
+                extra={"problems": "; ".join(problems), "retry_seconds": BROKER_RETRY},
+            )
+            while await self._broker_problems():
+                await asyncio.sleep(BROKER_RETRY)
+            log.warning("RabbitMQ reachable again", extra={"unreachable_seconds": round(loop.time() - lost, 1)})
+
+    async def _watch_memory(self) -> None:
+        """Every memory.TICK seconds: forget the login throttle's cold pairs, collect what closed
+        connections left, trim the C heap (memory.Release decides)."""
+        while True:
+            await asyncio.sleep(memory.TICK)
+            self.throttle.sweep()
+            self.release.tick(len(self._connections))
 
     def _refusal(self, peer: str | None) -> tuple[str, str] | None:
         s = self.admission
@@ -387,6 +435,8 @@ class BridgeServer:
     def _release(self, task: asyncio.Task[Any]) -> None:
         """A registered connection ended: out of the registry and its address's count."""
         connection = self._connections.pop(task, None)
+        if connection is not None:
+            self.release.connection_closed()
         ip = connection.peer if connection is not None else None
         if ip is not None:
             left = self._per_ip.get(ip, 1) - 1
@@ -436,10 +486,11 @@ class BridgeServer:
         closes); whatever has not finished after a second grace is cancelled.
         """
         grace = self.settings.operations.shutdown_grace if grace is None else grace
+        started = asyncio.get_running_loop().time()
         self._closing = True
         for listener in self._listeners:
             listener.close()
-        for watch in (self._tls_watch, self._broker_watch):
+        for watch in (self._tls_watch, self._broker_watch, self._memory_watch):
             if watch is not None:
                 watch.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -463,8 +514,9 @@ class BridgeServer:
             await listener.wait_closed()
         if self.ops is not None:
             await self.ops.close()
-        if self.tracing is not None:  # export the spans still buffered (blocking I/O: off the loop)
-            await asyncio.get_running_loop().run_in_executor(None, self.tracing.shutdown)
+        if self.tracing is not None:  # the spans still buffered, in what is left of the grace
+            left = grace - (asyncio.get_running_loop().time() - started)
+            await self.tracing.close(max(left, TRACE_EXPORT_MIN))
 
     async def serve_forever(self) -> None:
         await self.start()

@@ -62,9 +62,17 @@ async def test_publisher_held_by_an_alarm_longer_than_its_heartbeat_stays_connec
     alarm_on = False
     try:
         publisher = await connect_until(bridge.port, heartbeat="1000,0")
-        cluster.set_memory_alarm(2)
+
+        async def beating(work):  # the client's heart-beats go on while rabbitmqctl works
+            task = asyncio.ensure_future(asyncio.to_thread(work))
+            while not task.done():
+                publisher.send_raw(b"\n")
+                await asyncio.wait({task}, timeout=0.5)
+            return task.result()
+
         alarm_on = True
-        await asyncio.to_thread(cluster.wait, "the alarm known on node 1", lambda: bool(cluster.alarms(1)))
+        await beating(lambda: cluster.set_memory_alarm(2))
+        await beating(lambda: cluster.wait("the alarm known on node 1", lambda: bool(cluster.alarms(1))))
         for i in range(200):
             publisher.send("SEND", {"destination": f"/amq/queue/{queue}", "persistent": "true",
                                     "receipt": f"r-{i}"}, f"r-{i}|".encode().ljust(SIZE, b"p"))

@@ -32,7 +32,7 @@ from stomp_bridge.testing import running_bridge
 from .support import ROOT
 
 DEPLOY = ROOT / "deploy"
-METRIC = re.compile(r"\bstomp_bridge_[a-z_]+\b")
+METRIC = re.compile(r"\b(?:stomp_bridge|process)_[a-z_]+\b")
 
 
 def exposed_metrics() -> set[str]:

@@ -115,6 +115,53 @@ def test_pytest_fixture_works_in_a_users_project(broker, tmp_path):
     assert "1 passed" in proc.stdout
 
 
+@pytest.mark.integration
+def test_the_fixture_takes_settings_that_pin_its_ports(broker, tmp_path):
+    """``stomp_bridge_settings`` (docs/testing-your-application.md) pins the ports the fixture's
+    bridge listens on, and its settings reach the bridge."""
+    with socket.socket() as s1, socket.socket() as s2:
+        s1.bind(("127.0.0.1", 0))
+        s2.bind(("127.0.0.1", 0))
+        port, http_port = s1.getsockname()[1], s2.getsockname()[1]
+    (tmp_path / "conftest.py").write_text(textwrap.dedent(f"""
+        import pytest
+
+        pytest_plugins = ["stomp_bridge.testing"]
+
+        @pytest.fixture
+        def stomp_bridge_settings():
+            return {{"port": {port}, "http_port": {http_port}, "max_frame_size": 65536}}
+    """))
+    (tmp_path / "test_app.py").write_text(textwrap.dedent(f"""
+        import urllib.request
+
+        def test_the_ports_are_the_pinned_ones(stomp_bridge):
+            assert stomp_bridge.address == ("127.0.0.1", {port})
+            assert stomp_bridge.http_url == "http://127.0.0.1:{http_port}"
+            assert stomp_bridge.settings.max_frame_size == 65536
+            with urllib.request.urlopen(stomp_bridge.http_url + "/healthz", timeout=5) as resp:
+                assert resp.status == 200
+    """))
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "STOMP_BRIDGE_TEST_AMQP_URL": broker.amqp_url},
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 passed" in proc.stdout
+
+
+@pytest.mark.parametrize("start", [
+    lambda: containers.bridge_with_rabbitmq().__enter__(),
+    lambda: containers.StompBridgeContainer("stomp-bridge:test"),
+], ids=["bridge_with_rabbitmq", "StompBridgeContainer"])
+def test_without_a_docker_engine_the_helpers_point_to_running_bridge(monkeypatch, tmp_path, start):
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
+    with pytest.raises(containers.DockerUnavailable,
+                       match=r"needs a Docker engine, and none answers \(.*\)\. .*running_bridge\(amqp_url\)"):
+        start()
+
+
 def test_container_pair_wiring():
     network = Network(docker_client_kw=NO_ENGINE)
     rabbit, bridge = containers.container_pair(
@@ -157,7 +204,7 @@ def test_container_environment_is_what_the_bridge_reads(monkeypatch):
 
 
 def test_container_refuses_unknown_settings():
-    with pytest.raises(ValueError, match="not a stomp-bridge setting"):
+    with pytest.raises(ValueError, match=r"unknown setting 'max_frame_sise' \(did you mean 'max_frame_size'\?\)"):
         containers.setting_env("max_frame_sise", 1)
 
 

@@ -509,6 +509,19 @@ def test_workers_share_the_ports_one_metrics_endpoint_and_a_killed_worker_comes_
 
     workers = _worker_pids(process.proc.pid)
     assert len(workers) == 2, workers
+    # process_*: memory and CPU of the supervisor and both workers added up, the supervisor's start
+    # (the oldest), the most descriptors one process holds against the per-process limit
+    from stomp_bridge.metrics import process_values
+
+    each = [process_values(pid) for pid in (process.proc.pid, *workers)]
+    assert metrics["process_resident_memory_bytes"] == pytest.approx(
+        sum(p["resident_memory_bytes"] for p in each), rel=0.25)
+    assert metrics["process_resident_memory_bytes"] > 1.5 * max(p["resident_memory_bytes"] for p in each)
+    assert metrics["process_start_time_seconds"] == pytest.approx(each[0]["start_time_seconds"], abs=0.02)
+    assert metrics["process_start_time_seconds"] <= min(p["start_time_seconds"] for p in each) + 0.02
+    assert metrics["process_cpu_seconds_total"] > max(p["cpu_seconds"] for p in each[1:])
+    assert max(p["open_fds"] for p in each) - 5 <= metrics["process_open_fds"] <= max(p["open_fds"] for p in each) + 5
+    assert metrics["process_max_fds"] == min(p["max_fds"] for p in each)
     os.kill(workers[0], signal.SIGKILL)
     process.wait_line("worker exited; starting it again", CLI_START_TIMEOUT)
     alive = [conn for conn in conns if _answers(conn)]

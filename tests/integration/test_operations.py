@@ -3,12 +3,14 @@ whom the PROXY header and the HTTP endpoint trust."""
 
 from __future__ import annotations
 
+import datetime
 import logging
 import os
 import re
 import socket
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -17,6 +19,8 @@ from stomp_bridge.metrics import CLOSE_REASONS
 from stomp_bridge.protocol.frames import CLIENT_COMMANDS, SERVER_COMMANDS
 from stomp_bridge.tls import HANDSHAKE_FAILURES
 from testkit.bridge import BridgeThread
+from testkit.brokers import rabbitmqctl
+from testkit.faultproxy import FaultProxy
 from tests.integration.conftest import CONNECT_FAILURE_CLOSE_TIMEOUT
 from tests.integration.rawstomp import RawStomp
 
@@ -65,6 +69,26 @@ def test_metrics_follow_the_frames(bridge, dial, queues, unique):
     assert metric(after, "stomp_bridge_received_bytes_total") > metric(before, "stomp_bridge_received_bytes_total")
 
 
+def test_metrics_carry_the_process_standard_families(bridge, dial):
+    """process_* from /proc: this process's memory, CPU, descriptors (each client holds one more)
+    and start, with no prometheus_client import needed in a bridge process."""
+    server = bridge()
+    before = get(server, "/metrics")[1]
+    conns = [dial(server) for _ in range(5)]
+    for conn in conns:
+        conn.connect()
+    after = get(server, "/metrics")[1]
+    assert metric(after, "process_open_fds") >= metric(before, "process_open_fds") + 5
+    assert metric(after, "process_max_fds") >= metric(after, "process_open_fds")
+    with open("/proc/self/status") as status:
+        rss = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmRSS:"))
+    assert metric(after, "process_resident_memory_bytes") == pytest.approx(rss, rel=0.25)
+    assert metric(after, "process_cpu_seconds_total") >= metric(before, "process_cpu_seconds_total") > 0
+    start = metric(after, "process_start_time_seconds")
+    assert time.time() - 24 * 3600 < start < time.time()
+    assert "# TYPE process_cpu_seconds_total counter" in after
+
+
 def test_errors_and_auth_failures_are_counted(bridge, dial):
     server = bridge()
     conn = dial(server)
@@ -87,6 +111,96 @@ def test_not_ready_when_rabbitmq_does_not_answer(bridge):
     status, body = get(server, "/readyz")
     assert status == 503
     assert "127.0.0.1:1" in body and "not reachable" in body
+
+
+def _warned(ports: list[int], since: str) -> set[int]:
+    """Which of these client ports RabbitMQ's log (since the UTC time ``since``) has a WARNING or
+    ERROR ``closing AMQP connection`` line for: a connection that closed without logging out."""
+    patterns = ", ".join(f'<<"127.0.0.1:{port} -> ">>' for port in ports)
+    out = rabbitmqctl("eval", f"""
+        {{ok, B}} = file:read_file(hd(rabbit:log_locations())),
+        Since = <<"{since}">>,
+        Ls = [L || L <- binary:split(B, <<"\n">>, [global]), byte_size(L) > 26, binary:part(L, 0, 26) >= Since,
+                   binary:match(L, <<"closing AMQP connection">>) =/= nomatch,
+                   binary:match(L, [<<"[warning]">>, <<"[error]">>]) =/= nomatch],
+        [{{P, length([L || L <- Ls, binary:match(L, P) =/= nomatch])}} || P <- [{patterns}]].""")
+    return {int(port) for port, count in re.findall(r'127\.0\.0\.1:(\d+) -> ">>,(\d+)', out) if int(count)}
+
+
+def _old_probe(port: int) -> None:
+    """What /readyz used to do to RabbitMQ: the AMQP header, connection.start back, a hang-up."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(b"AMQP\x00\x00\x09\x01")
+        assert sock.recv(7)[:1] == b"\x01"  # a method frame: connection.start
+
+
+@pytest.mark.rabbitmqctl
+def test_readyz_leaves_no_warning_in_rabbitmqs_log(bridge, broker, dial):
+    """The chart's readiness probe and HAProxy's health check ask /readyz every few seconds: it
+    answers from the AMQP connections the bridge holds, else opens a connection to a node that
+    answered AMQP before and closes it before a byte, so RabbitMQ logs nothing at INFO or above.
+    Only the start-up check speaks AMQP (once per node), and RabbitMQ logs its hang-up."""
+    since = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
+    url = urllib.parse.urlsplit(broker.amqp_url)
+    with FaultProxy((url.hostname, url.port)) as proxy:  # names the connections as RabbitMQ sees them
+        server = bridge(amqp_url=f"amqp://guest:guest@127.0.0.1:{proxy.port}/")
+        for _ in range(5):  # no client: no AMQP connection of the bridge's
+            assert get(server, "/readyz") == (200, "ready\n")
+        conn = dial(server)
+        conn.connect()
+        before = proxy.total_connections
+        for _ in range(5):  # a client's AMQP connection is open: RabbitMQ answers, nothing is asked
+            assert get(server, "/readyz") == (200, "ready\n")
+        asked = proxy.total_connections - before
+        conn.send_frame("DISCONNECT", {"receipt": "bye"})
+        conn.expect("RECEIPT")
+        server.stop()  # its AMQP connections closed cleanly before the proxy goes (which resets them)
+        _old_probe(proxy.port)  # the marker: its WARNING is written after the others'
+        ports = proxy.upstream_ports
+    deadline = time.monotonic() + 20
+    while ports[-1] not in (warned := _warned(ports, since)):
+        assert time.monotonic() < deadline, "RabbitMQ never logged the marker's hang-up"
+        time.sleep(0.2)
+    assert warned - {ports[-1]} <= {ports[0]}, f"WARNINGs for {sorted(warned)} of {ports}"
+    assert asked == 0, "with an AMQP connection open, /readyz asks RabbitMQ nothing"
+
+
+def test_losing_every_node_is_one_warning_and_its_return_another(bridge, broker, dial, caplog, monkeypatch):
+    """After start-up a bridge that reaches no RabbitMQ node says so once at WARNING, however long
+    it lasts, and once again when a node is back (the clients' own lines are INFO)."""
+    from stomp_bridge.transport import server as server_module
+
+    monkeypatch.setattr(server_module, "BROKER_RETRY", 0.1)
+    url = urllib.parse.urlsplit(broker.amqp_url)
+    caplog.set_level(logging.INFO, logger="stomp_bridge")
+
+    def lines(message: str) -> list[logging.LogRecord]:
+        return [r for r in caplog.records if r.getMessage() == message]
+
+    def wait_for(message: str) -> None:
+        deadline = time.monotonic() + 15
+        while not lines(message):
+            assert time.monotonic() < deadline, f"never logged {message!r}"
+            time.sleep(0.05)
+
+    with FaultProxy((url.hostname, url.port)) as proxy:
+        server = bridge(amqp_url=f"amqp://guest:guest@127.0.0.1:{proxy.port}/")
+        conn = dial(server)
+        conn.connect()
+        proxy.refuse(close_listener=True)  # the node is gone: connections reset, new ones refused
+        error = conn.error_then_close()
+        assert error["message"] == "Broker connection lost"
+        assert error.text.startswith("The connection to RabbitMQ closed (") and "<" not in error.text, error.text
+        wait_for("RabbitMQ unreachable: no node answers; every CONNECT fails until one does")
+        assert get(server, "/readyz")[0] == 503
+        time.sleep(1.0)  # ten more checks, and no second line
+        (down,) = lines("RabbitMQ unreachable: no node answers; every CONNECT fails until one does")
+        assert down.levelno == logging.WARNING and f"127.0.0.1:{proxy.port}" in down.problems
+        proxy.restore()
+        wait_for("RabbitMQ reachable again")
+        (back,) = lines("RabbitMQ reachable again")
+        assert back.levelno == logging.WARNING and back.unreachable_seconds >= 1.0
+        assert get(server, "/readyz")[0] == 200
 
 
 def test_total_connection_limit_refuses_with_an_error(bridge, dial):
@@ -173,6 +287,33 @@ def test_one_info_line_when_a_client_connects_and_one_when_it_leaves(bridge, dia
     assert record.user == "guest" and record.vhost == "/"
     assert record.reason == "client closed"
     assert record.peer.startswith("127.0.0.1:")
+
+
+def _closed_line(caplog) -> logging.LogRecord:
+    deadline = time.monotonic() + 5
+    while not (closed := [r for r in caplog.records if r.getMessage() == "connection closed"]):
+        assert time.monotonic() < deadline, "no 'connection closed' line"
+        time.sleep(0.05)
+    (record,) = closed
+    return record
+
+
+@pytest.mark.parametrize(("passcode", "vhost", "detail"), [
+    ("wrong", "/", "ACCESS_REFUSED"),
+    ("guest", "no-such-vhost-for-ops", "the vhost does not exist, or the user may not use it"),
+], ids=["passcode", "vhost"])
+def test_a_failed_login_line_names_the_user_and_says_why_in_words(bridge, dial, caplog, passcode, vhost, detail):
+    """Which user failed is what an operator looks for (a client with a stale password, a
+    guessing attacker); the reason is RabbitMQ's, in words: aiormq's 'Expected one of
+    ['Connection.OpenOk'], got <Connection.Close object at 0x…>' named no vhost and an address."""
+    caplog.set_level(logging.INFO, logger="stomp_bridge")
+    conn = dial(bridge())
+    conn.send_frame("CONNECT", {"accept-version": "1.2", "host": vhost, "login": "guest", "passcode": passcode})
+    assert conn.error_then_close()["message"] == "Bad CONNECT"
+    record = _closed_line(caplog)
+    assert (record.user, record.reason) == ("guest", "Bad CONNECT")
+    assert detail in record.detail
+    assert "object at 0x" not in record.detail and "<" not in record.detail
 
 
 def test_a_dead_node_in_the_list_is_skipped(bridge, dial, broker):

@@ -142,14 +142,89 @@ def test_a_schedule_the_bridge_cannot_keep_is_an_error_that_keeps_the_connection
     assert error.text.startswith(text)
 
 
-def test_no_delay_or_a_past_time_sends_at_once(connected, queues, unique):
+def test_no_delay_or_a_past_time_sends_at_once_as_a_plain_send(connected, queues, unique):
+    """docs/migration/rabbitmq-plugin.md: zero, negative or past is a plain SEND: published at
+    once, its AMQ_SCHEDULED_* header kept as any other header, no _AMQ_SCHED_DELIVERY."""
     name = f"sched-{unique}"
     queues.append(name)
     conn = connected()
-    sent(conn, {"destination": f"/queue/{name}", "AMQ_SCHEDULED_DELAY": "0"}, "now", receipt_id="a")
-    sent(conn, {"destination": f"/queue/{name}", "AMQ_SCHEDULED_TIME": "1000"}, "past", receipt_id="b")
+    sends = [("AMQ_SCHEDULED_DELAY", "0", "now"), ("AMQ_SCHEDULED_DELAY", "-5000", "negative"),
+             ("AMQ_SCHEDULED_TIME", "1000", "past")]
+    for n, (header, value, body) in enumerate(sends):
+        sent(conn, {"destination": f"/queue/{name}", header: value}, body, receipt_id=str(n))
     conn.subscribe(f"/queue/{name}")
-    assert [conn.expect("MESSAGE").body for _ in range(2)] == [b"now", b"past"]
+    for header, value, body in sends:
+        msg = conn.expect("MESSAGE")
+        assert msg.body == body.encode() and msg[header] == value
+        assert "_AMQ_SCHED_DELIVERY" not in msg
+
+
+def test_a_scheduled_send_in_a_transaction_counts_its_delay_from_the_commit(connected, queues, unique):
+    """A transaction's SENDs are published at its COMMIT: AMQ_SCHEDULED_DELAY counts from there
+    (AMQ_SCHEDULED_TIME is a time, the same either way)."""
+    name = f"sched-{unique}"
+    queues.append(name)
+    reader = connected()
+    reader.subscribe(f"/queue/{name}")
+    conn = connected()
+    sent(conn, {"destination": f"/queue/{name}-warm-up", "AMQ_SCHEDULED_DELAY": "1"}, "", receipt_id="w")
+    queues.append(f"{name}-warm-up")
+    conn.send_frame("BEGIN", {"transaction": "t"})
+    conn.send_frame("SEND", {"destination": f"/queue/{name}", "AMQ_SCHEDULED_DELAY": str(DELAY_MS),
+                             "transaction": "t"}, "in a transaction")  # its RECEIPT would come at the COMMIT
+    time.sleep(1.0)  # the transaction stays open a second: what is measured, not a wait for an event
+    committed = time.time()
+    conn.send_frame("COMMIT", {"transaction": "t", "receipt": "c"})
+    conn.wait_receipt("c", timeout=60)
+    msg = reader.expect("MESSAGE", timeout=30)
+    assert time.time() - committed >= DELAY_MS / 1000
+    assert int(msg["_AMQ_SCHED_DELIVERY"]) >= committed * 1000 + DELAY_MS - 50
+
+
+def test_a_scheduled_message_carries_artemis_due_time_and_rabbitmqs_death_headers_not_the_levels(
+        connected, queues, unique, broker):
+    """What a MESSAGE of a scheduled SEND carries: _AMQ_SCHED_DELIVERY (Artemis'), RabbitMQ's
+    x-first-death-* of the first level it waited in (and from RabbitMQ 3.13 x-last-death-*, of
+    the last), never the levels' own routing headers (stomp-bridge-delay-<k>, -exchange,
+    -unroutable)."""
+    name = f"sched-{unique}"
+    queues.append(name)
+    reader = connected()
+    reader.subscribe(f"/queue/{name}")
+    conn = connected()
+    sent(conn, {"destination": f"/queue/{name}", "AMQ_SCHEDULED_DELAY": "300"}, "x", receipt_id="s")
+    msg = reader.expect("MESSAGE", timeout=30)
+    headers = msg.header_dict
+    assert not [h for h in headers if h.startswith("stomp-bridge-")], headers
+    assert "_AMQ_SCHED_DELIVERY" in headers
+    assert (headers["x-first-death-reason"], headers["x-first-death-queue"]) == ("expired", "stomp-bridge.delay.8")
+    if broker.version_tuple >= (3, 13):
+        assert headers["x-last-death-reason"] == "expired"
+        assert headers["x-last-death-queue"] == scheduled.exit_queue("", "drop")
+    else:
+        assert not [h for h in headers if h.startswith("x-last-death-")], headers
+
+
+def test_a_forwarded_message_with_the_levels_headers_waits_only_its_own_delay(connected, rabbit, queues, unique):
+    """A SEND that carries a stomp-bridge-delay-<k> of its own (a MESSAGE forwarded with all its
+    headers) is not held at level k: the levels' headers of a SEND are the bridge's to set. The
+    queues a message waited in are RabbitMQ's x-death entries (read over the management API)."""
+    name = f"sched-{unique}"
+    queues.append(name)
+    conn = connected()
+    sent(conn, {"destination": f"/queue/{name}", "persistent": "true"}, "declared", receipt_id="d")
+    assert [m["payload"] for m in rabbit.get(name)] == ["declared"]
+    sent(conn, {"destination": f"/queue/{name}", "AMQ_SCHEDULED_DELAY": "256",  # level 8 alone
+                "stomp-bridge-delay-7": "1", "stomp-bridge-delay-3": "1", "stomp-bridge-unroutable": "keep"},
+         "forwarded", receipt_id="s")
+    deadline = time.monotonic() + 30
+    while not (got := rabbit.get(name)):
+        assert time.monotonic() < deadline, "the scheduled message never arrived"
+        time.sleep(0.2)
+    (message,) = got
+    waited = [death["queue"] for death in message["properties"]["headers"]["x-death"]]
+    assert [q for q in waited if q.startswith("stomp-bridge.delay.") and q[19:].isdigit()] == ["stomp-bridge.delay.8"]
+    assert scheduled.exit_queue("", "drop") in waited  # not mandatory: its own header, not the SEND's "keep"
 
 
 @pytest.mark.rabbitmqctl  # restarts the local broker's RabbitMQ application

@@ -11,9 +11,11 @@ import gzip
 import http.server
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 from opentelemetry import trace
@@ -181,6 +183,43 @@ def test_spans_are_exported_over_otlp_when_the_bridge_stops_at_the_latest(bridge
     assert "publish amq.topic" in names
     service = {a.key: a.value.string_value for a in resource.attributes}["service.name"]
     assert service == "stomp-bridge"
+
+
+@bridge_only
+def test_otel_service_name_names_the_service_of_the_exported_spans(bridge, dial, otlp, unique, monkeypatch):
+    """docs/operations.md: the standard OTEL_* variables apply; service.name is the first of them."""
+    monkeypatch.setenv("OTEL_SERVICE_NAME", f"orders-{unique}")
+    server = bridge(tracing=True, tracing_endpoint=f"http://127.0.0.1:{otlp.server_address[1]}/v1/traces")
+    conn = dial(server)
+    conn.connect()
+    conn.receipt("SEND", {"destination": f"/topic/otlp-{unique}", "traceparent": SAMPLED}, "x", receipt_id="r")
+    server.stop()
+    assert otlp.got.wait(10), "the bridge exported nothing over OTLP"
+    services = {a.value.string_value for resource, _ in otlp.spans for a in resource.attributes
+                if a.key == "service.name"}
+    assert services == {f"orders-{unique}"}
+
+
+@bridge_only
+def test_a_collector_that_never_answers_holds_shutdown_no_longer_than_the_grace(bridge, dial, unique):
+    """1,000 traced SENDs, then SIGTERM's close with a trace collector that accepts connections
+    and never answers: the span export gets what is left of shutdown_grace (2 s), not the SDK's
+    30 s and its exporter's retries (27-30 s, past a pod's termination grace)."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)
+        server = bridge(tracing=True, shutdown_grace=2.0,
+                        tracing_endpoint=f"http://127.0.0.1:{silent.getsockname()[1]}/v1/traces")
+        conn = dial(server)
+        conn.connect()
+        for n in range(999):
+            conn.send_frame("SEND", {"destination": f"/topic/silent-{unique}", "traceparent": SAMPLED}, f"m{n}")
+        conn.receipt("SEND", {"destination": f"/topic/silent-{unique}", "traceparent": SAMPLED}, "last",
+                     receipt_id="r")
+        began = time.monotonic()
+        server.stop()
+        took = time.monotonic() - began
+    assert took < 2.0 + 5.0, f"shutdown took {took:.1f} s with shutdown_grace 2 s"
 
 
 @bridge_only

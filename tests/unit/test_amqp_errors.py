@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import aiormq.exceptions as amqp_exc
+import pytest
 from pamqp import commands as spec
 
-from stomp_bridge.amqp.errors import broker_error
+from stomp_bridge.amqp.errors import broker_error, describe
 from stomp_bridge.protocol.errors import AccessRefused, BrokerError
 
 
@@ -47,4 +50,32 @@ def test_anything_else_is_a_processing_error_with_its_text() -> None:
     assert (broker_error(RuntimeError("odd")).message, broker_error(RuntimeError("odd")).detail) == (
         "Processing error", "odd",
     )
-    assert broker_error(RuntimeError()).detail == "RuntimeError()"
+    assert broker_error(RuntimeError()).detail == "runtime error"  # its class in words, not its repr
+
+
+def test_a_lost_connection_says_what_happened_in_words_not_a_repr() -> None:
+    """The ERROR body read 'The connection to RabbitMQ closed (<AMQPConnectionError:
+    ('Server connection unexpectedly closed',)>)'."""
+    error = broker_error(amqp_exc.AMQPConnectionError(("Server connection unexpectedly closed",)))
+    assert error.detail == ("The connection to RabbitMQ closed (Server connection unexpectedly closed). "
+                            "Reconnect to retry.")
+
+
+@pytest.mark.parametrize(("exc", "words"), [
+    (amqp_exc.AMQPConnectionError(("Server connection unexpectedly closed",)), "Server connection unexpectedly closed"),
+    (amqp_exc.InvalidFrameError(f"Expected one of {['Connection.OpenOk']!r}, got {spec.Connection.Close()!r}"),
+     "RabbitMQ sent Connection.Close where Connection.OpenOk was due"),
+    (amqp_exc.ConnectionClosed(320, "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'"),
+     "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown' (320)"),
+    (amqp_exc.ChannelClosed(None, None), "the channel was closed"),
+    (amqp_exc.AMQPConnectionError(111, "Connection refused"), "Connection refused"),
+    (amqp_exc.AMQPConnectionError("Server connection reset: ConnectionResetError(104, 'Connection reset by peer')"),
+     "Server connection reset: Connection reset by peer"),
+    (amqp_exc.ChannelNotFoundEntity(close(404, "NOT_FOUND - no queue 'q'")), "NOT_FOUND - no queue 'q' (404)"),
+    (ConnectionResetError(104, "Connection reset by peer"), "Connection reset by peer"),
+    (asyncio.TimeoutError(), "no answer in time"),
+    (amqp_exc.AMQPConnectionError(), "Unexpected connection problem"),
+])
+def test_describe_puts_an_exception_in_words(exc, words) -> None:
+    assert describe(exc) == words
+    assert "object at 0x" not in describe(exc) and not describe(exc).startswith("<")

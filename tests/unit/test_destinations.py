@@ -430,3 +430,24 @@ def test_a_streams_max_age_is_refused_as_rabbitmq_4_3_refuses_it(value, ok):
             rules.send_target(_dest("/queue/s"), headers)
         assert (refused.value.message, refused.value.detail) == (
             "precondition_failed", "PRECONDITION_FAILED - invalid arg 'x-max-age' for queue 's' in vhost 'v': invalid_max_age")
+
+
+def test_a_destination_longer_than_any_valid_one_is_parsed_and_not_kept():
+    """The parse caches keep 4,096 destinations: 4,096 of 60 kB held 470 MB of a bridge that a
+    client had sent 240 MB (a routing key past 255 bytes is refused later, once parsed). Past
+    CACHED_LENGTH a destination is parsed each time; up to it, cached as before."""
+    d._cached_destination.cache_clear()  # noqa: SLF001
+    d._cached_send_target.cache_clear()  # noqa: SLF001
+    rules = DestinationRules("amq.topic", V4_3)
+    for n in range(50):
+        value = f"/queue/{n}-" + "x" * 60_000
+        assert parse_destination(value) == Destination("queue", value[7:], None, value)
+        assert rules.plain_send_target(value, {}) is not None
+    assert d._cached_destination.cache_info().currsize == 0  # noqa: SLF001
+    assert d._cached_send_target.cache_info().currsize == 0  # noqa: SLF001
+    longest_valid = "/exchange/" + "%2F" * 255 + "/" + "%2F" * 255
+    assert len(longest_valid) <= d.CACHED_LENGTH
+    assert parse_destination(longest_valid).name == "/" * 255
+    assert rules.plain_send_target("/queue/q", {}) is not None
+    assert d._cached_destination.cache_info().currsize == 2  # noqa: SLF001
+    assert d._cached_send_target.cache_info().currsize == 1  # noqa: SLF001

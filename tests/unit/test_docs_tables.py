@@ -90,7 +90,7 @@ def test_operations_page_lists_every_metric_the_bridge_serves():
     assert table == reference(), "run `.venv/bin/python scripts/docs-tables.py`"
     live = {"connections": 1, "receipts_pending": 0, "login_checks": 0, "amqp_connections": 1}
     served = {family.name for family in text_string_to_metric_families(Metrics(lambda: live).render().decode())}
-    rows = set(re.findall(r"^\| `(stomp_bridge_\w+?)(?:_total)?`", table, re.M))
+    rows = set(re.findall(r"^\| `((?:stomp_bridge|process)_\w+?)(?:_total)?`", table, re.M))
     assert served <= rows, f"served but not in docs/operations.md: {sorted(served - rows)}"
     for name in ("messages_returned", "resubscriptions", "token_updates"):  # once missing from the page
         assert f"`stomp_bridge_{name}_total`" in table

@@ -455,3 +455,21 @@ def test_a_shared_delivery_makes_each_subscribers_message_as_its_own_delivery_wo
             message_head(shared.first(consumer_tag, "session-1"), version) + shared.tail(version)
         return
     assert message_head(shared.first(consumer_tag, "session-1"), version) + shared.tail(version) == whole
+
+
+def test_a_scheduled_messages_level_headers_stay_out_of_its_message():
+    """The delay levels route by stomp-bridge-delay-<k>, -exchange and -unroutable; a MESSAGE
+    shows _AMQ_SCHED_DELIVERY and RabbitMQ's x-first-death-* but not those."""
+    from stomp_bridge.protocol import scheduled
+
+    table = {"colour": "red", "stomp-bridge-delay-3": "1", "stomp-bridge-delay-8": "1", "stomp-bridge-exchange": "",
+             "stomp-bridge-unroutable": "drop", "_AMQ_SCHED_DELIVERY": 1796168803451,
+             "x-first-death-reason": "expired", "stomp-bridge-other": "kept"}
+    out = message_headers("T_1", "session-x", 1, "", "q", False, {"headers": table})
+    assert [name for name in out if name.startswith("stomp-bridge-")] == ["stomp-bridge-other"]
+    assert (out["colour"], out["_AMQ_SCHED_DELIVERY"], out["x-first-death-reason"]) == ("red", "1796168803451", "expired")
+    plain = message_headers("T_1", "session-x", 1, "", "q", False, {"headers": {"stomp-bridge-delay-3": "1"}})
+    assert plain["stomp-bridge-delay-3"] == "1", "not a scheduled message: its headers are the sender's"
+    send = {"AMQ_SCHEDULED_DELAY": "5", "stomp-bridge-delay-7": "1", "stomp-bridge-unroutable": "keep", "x": "y"}
+    scheduled.without_schedule_headers(send)
+    assert send == {"x": "y"}

@@ -17,8 +17,13 @@ from stomp_bridge.metrics import (
     CLOSE_REASONS,
     ERROR_REASONS,
     OTHER,
+    PROCESS_METRICS,
     LabelCounts,
     Metrics,
+    family,
+    process_families,
+    process_values,
+    render,
 )
 from stomp_bridge.protocol.errors import StompError
 
@@ -155,7 +160,9 @@ def test_exposition_is_what_prometheus_client_writes():
     from prometheus_client import CollectorRegistry, generate_latest
 
     live = {"connections": 12, "receipts_pending": 0, "amqp_connections": 3, "login_checks": 10**9}
-    metrics = Metrics(lambda: live)
+    process = {"virtual_memory_bytes": 1.2e9, "resident_memory_bytes": 45056000.0, "start_time_seconds": 1796166506.45,
+               "cpu_seconds": 0.06999999999999999, "open_fds": 6.0, "max_fds": 1048576.0}
+    metrics = Metrics(lambda: live, lambda: process)
     counters = metrics.counters
     counters.connections_opened = 12345678901
     counters.bytes_in = 7
@@ -169,7 +176,49 @@ def test_exposition_is_what_prometheus_client_writes():
     registry = CollectorRegistry()
     registry.register(metrics.registry)
     assert metrics.render() == generate_latest(registry)
-    empty = Metrics(lambda: {})
+    empty = Metrics(lambda: {}, lambda: {})
     registry = CollectorRegistry()
     registry.register(empty.registry)
     assert empty.render() == generate_latest(registry)
+
+
+def test_process_metrics_are_prometheus_clients_from_proc():
+    """process_* as every Prometheus-instrumented service has them: the names, help, types and
+    values of prometheus_client's ProcessCollector, read by the bridge itself (which does not
+    import prometheus_client)."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.process_collector import ProcessCollector
+
+    theirs = {f.name: (f.type, f.documentation, f.samples[0].value) for f in ProcessCollector(registry=None).collect()}
+    ours = process_values()
+    assert set(theirs) == {spec.name for spec in PROCESS_METRICS}
+    for spec in PROCESS_METRICS:
+        kind, help_text, value = theirs[spec.name]
+        assert (spec.kind, spec.help) == (kind, help_text)
+        moving = spec.name in ("process_cpu_seconds", "process_resident_memory_bytes", "process_virtual_memory_bytes",
+                               "process_open_fds")
+        assert ours[spec.source[8:]] == pytest.approx(value, rel=0.2 if moving else 1e-9), spec.name
+    # and rendered as generate_latest renders ProcessCollector's families (the same values)
+    fixed = process_values()
+
+    class Fixed:
+        def collect(self):
+            return [family(spec, value) for spec, value in process_families(fixed)]
+
+    registry = CollectorRegistry()
+    registry.register(Fixed())
+    assert render(process_families(fixed)) == generate_latest(registry)
+    assert b"process_cpu_seconds_total " in render(process_families(fixed))
+
+
+def test_without_proc_there_are_no_process_metrics(tmp_path):
+    assert process_values(proc=str(tmp_path)) == {}
+    text = Metrics(lambda: {}, lambda: process_values(proc=str(tmp_path))).render()
+    assert b"process_" not in text
+
+
+def test_a_bridge_serves_its_process_metrics():
+    text = Metrics(lambda: {}).render().decode()
+    for name in ("process_resident_memory_bytes", "process_cpu_seconds_total", "process_open_fds",
+                 "process_max_fds", "process_start_time_seconds", "process_virtual_memory_bytes"):
+        assert f"\n{name} " in text

@@ -4,13 +4,14 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from pydantic import ValidationError
 
-from stomp_bridge.metrics import Metrics
-from stomp_bridge.processes import _Families, sum_families, worker_settings
+from stomp_bridge.metrics import Metrics, process_families, render
+from stomp_bridge.processes import COMBINE, _Families, sum_families, worker_settings
 from stomp_bridge.settings import Settings
 
 
-def _worker_text(connections: int, sends: int, latencies: list[float], errors: dict[str, int]) -> str:
-    metrics = Metrics(lambda: {"connections": connections, "receipts_pending": 1})
+def _worker_text(connections: int, sends: int, latencies: list[float], errors: dict[str, int],
+                 process: dict[str, float] | None = None) -> str:
+    metrics = Metrics(lambda: {"connections": connections, "receipts_pending": 1}, lambda: process or {})
     metrics.counters.frames_in["SEND"] += sends
     for value in latencies:
         metrics.counters.confirm_latency.observe(value)
@@ -19,9 +20,9 @@ def _worker_text(connections: int, sends: int, latencies: list[float], errors: d
     return metrics.render().decode()
 
 
-def _render(texts: list[str]) -> dict[str, float]:
+def _render(texts: list[str], combine: dict[str, str] | None = None) -> dict[str, float]:
     registry = CollectorRegistry()
-    registry.register(_Families(sum_families(texts)))
+    registry.register(_Families(sum_families(texts, combine)))
     out = generate_latest(registry).decode()
     return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in out.splitlines()
             if line and not line.startswith("#")}
@@ -42,6 +43,28 @@ def test_gauges_counters_labels_and_histograms_are_summed_sample_by_sample():
     assert summed['stomp_bridge_publish_confirm_seconds_bucket{le="+Inf"}'] == 3
     assert summed["stomp_bridge_publish_confirm_seconds_count"] == 3
     assert summed["stomp_bridge_publish_confirm_seconds_sum"] == pytest.approx(0.202)
+
+
+def _process(rss: float, cpu: float, start: float, fds: float) -> dict[str, float]:
+    return {"virtual_memory_bytes": rss * 4, "resident_memory_bytes": rss, "start_time_seconds": start,
+            "cpu_seconds": cpu, "open_fds": fds, "max_fds": 1024.0}
+
+
+def test_process_metrics_of_workers_and_supervisor_combine_as_a_pod_uses_them():
+    """Memory and CPU add up over the processes (what the pod uses); open descriptors are the
+    most one process holds (a limit is per process: open/max still says how near it is); the
+    start is the supervisor's, the oldest; the limit the tightest."""
+    workers = [_worker_text(1, 0, [], {}, _process(40e6, 12.5, 1000.5, 300)),
+               _worker_text(1, 0, [], {}, _process(50e6, 7.5, 1002.0, 700))]
+    supervisor = render(process_families(_process(20e6, 1.0, 1000.0, 9))).decode()
+    summed = _render([*workers, supervisor], COMBINE)
+    assert summed["process_resident_memory_bytes"] == 110e6
+    assert summed["process_virtual_memory_bytes"] == 440e6
+    assert summed["process_cpu_seconds_total"] == 21.0
+    assert summed["process_open_fds"] == 700
+    assert summed["process_max_fds"] == 1024
+    assert summed["process_start_time_seconds"] == 1000.0
+    assert summed["stomp_bridge_connections"] == 2
 
 
 def test_one_worker_renders_exactly_as_it_was_scraped():

@@ -10,7 +10,7 @@ import pytest
 from stomp_bridge.metrics import Counters
 from stomp_bridge.protocol.errors import AccessRefused, BrokerError
 from stomp_bridge.session.login_turn import login_turn
-from stomp_bridge.session.throttle import KNOWN_PER_USER, LoginThrottle
+from stomp_bridge.session.throttle import KNOWN_PER_USER, LOGIN_KEPT, LoginThrottle
 from tests.tokens import token
 
 A, B = "10.0.0.1", "10.0.0.2"
@@ -240,3 +240,51 @@ def test_login_turn_records_refusals_as_failures_and_no_answer_as_none():
     with pytest.raises(AccessRefused, match="3 failed logins from 10.0.0.1 within 0.3 s; try again in 1 s"):
         _turn(t, counters, "guess", AccessRefused("Bad CONNECT", "Access refused for user 'bob'"))
     assert counters.logins_throttled == 1
+
+
+def _held(admission) -> bool:
+    return admission.wait > 0 or admission.refused_for > 0
+
+
+def test_the_pairs_that_cooled_down_are_forgotten_after_a_flood():
+    """A login flood of invented users leaves a pair each; once their window has passed with no
+    failure (and a hot pair's next turn and a window more) they count as none, and sweep()
+    gives their memory back."""
+    t, now = _throttle(limit=3)
+    for n in range(1000):
+        _fail(t, user=f"invented-{n}")
+    for _ in range(3):
+        _fail(t)  # bob reached the limit: hot, his next turn at 20 s, cool at 80 s
+    assert len(t) == 1001
+    assert t.sweep() == 0, "nothing is forgotten within the window"
+    now[0] = 61
+    assert t.sweep() == 1000 and len(t) == 1, "the invented users cooled down; bob is still hot"
+    now[0] = 81
+    assert t.sweep() == 1 and len(t) == 0
+    for _ in range(3):
+        assert not _held(t.admit(A, "bob", "guess")), "a forgotten pair is a new one"
+
+
+def test_a_sweep_keeps_a_pair_with_a_login_in_flight():
+    t, now = _throttle(limit=3)
+    _fail(t)
+    waiting = t.admit(A, "bob", "guess-2")  # in flight: counted until RabbitMQ answers
+    now[0] = 120
+    assert t.sweep() == 0
+    t.abandon(waiting)
+    assert t.sweep() == 1
+
+
+def test_a_long_login_is_kept_as_its_hmac_and_still_throttled():
+    """A flood of invented 60 kB user names held 9 kB a pair (870 MB at max_keys): a login past
+    LOGIN_KEPT characters is remembered by its HMAC, and throttled the same."""
+    t, _ = _throttle(limit=3)
+    long_user = "u" * 60_000
+    for _ in range(3):
+        _fail(t, user=long_user)
+    assert _held(t.admit(A, long_user, "guess"))
+    assert not _held(t.admit(A, "u" * 59_999 + "v", "guess")), "another long login is another pair"
+    kept = [user for _, user in t._pairs]  # noqa: SLF001
+    assert kept and all(len(user) <= LOGIN_KEPT + 1 for user in kept)
+    _succeed(t, user=long_user, passcode="right")
+    assert t.known(long_user, t._digest("right"))  # noqa: SLF001

@@ -5,6 +5,11 @@ observer, ``traceparent``/``tracestate`` pass through the core untouched both wa
 
 from __future__ import annotations
 
+import asyncio
+import http.server
+import socket
+import threading
+
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -13,7 +18,9 @@ from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from opentelemetry.trace import SpanKind, StatusCode
 
 from stomp_bridge.core import plans as p
-from stomp_bridge.session.tracing import Tracing
+from stomp_bridge import __version__
+from stomp_bridge.session.tracing import Tracing, resource
+from stomp_bridge.settings import TracingSettings
 from testkit.core import Harness
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -288,3 +295,81 @@ def test_only_a_well_formed_unsampled_traceparent_skips_the_spans(traceparent, e
     from stomp_bridge.session.tracing import unsampled
 
     assert unsampled(traceparent) is expected
+
+
+# -- the provider built from the settings: its resource, its shutdown ----------------------------
+
+@pytest.mark.parametrize(("env", "service"), [
+    ({}, "stomp-bridge"),
+    ({"OTEL_SERVICE_NAME": "orders-bridge"}, "orders-bridge"),
+    ({"OTEL_RESOURCE_ATTRIBUTES": "service.name=from-attributes,deployment.environment=prod"}, "from-attributes"),
+    ({"OTEL_SERVICE_NAME": "orders-bridge", "OTEL_RESOURCE_ATTRIBUTES": "service.name=from-attributes"},
+     "orders-bridge"),  # the SDK's precedence: OTEL_SERVICE_NAME over the attributes
+])
+def test_the_standard_variables_name_the_service(monkeypatch, env, service):
+    for name in ("OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    attributes = resource().attributes
+    assert attributes["service.name"] == service
+    assert attributes["service.version"] == __version__
+    if "deployment.environment" in env.get("OTEL_RESOURCE_ATTRIBUTES", ""):
+        assert attributes["deployment.environment"] == "prod"
+
+
+@pytest.fixture
+def silent_collector(monkeypatch):
+    """An OTLP/HTTP address that accepts connections and never answers (a collector that hangs),
+    kept until the SDK's abandoned shutdown has given up (its export timeout shortened to 1 s),
+    so that nothing retries against a closed port after the test."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "1")
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(64)
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}/v1/traces"
+        for thread in threading.enumerate():
+            if thread.name == "stomp-bridge tracing shutdown":
+                thread.join(15)
+
+
+async def test_shutdown_exports_within_its_timeout_even_when_the_collector_never_answers(silent_collector):
+    """1,000 spans buffered for a collector that hangs: the SDK's own shutdown takes 30 s and more;
+    the tracer's close gives up after its timeout, saying so."""
+    tracing = Tracing.start(TracingSettings(tracing=True, tracing_endpoint=silent_collector))
+    assert tracing is not None and tracing.owned
+    for n in range(1000):
+        tracing.tracer.start_span(f"SEND /queue/{n}").end()
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    assert await tracing.close(0.5) is False
+    assert loop.time() - began < 5.0  # 0.5 s and the thread's start, far under the SDK's 30 s
+
+
+async def test_shutdown_reports_success_when_the_collector_takes_the_spans(tmp_path):
+    """A collector that answers: close() returns True once the spans are out."""
+    got = threading.Event()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            self.rfile.read(int(self.headers["Content-Length"]))
+            got.set()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        endpoint = f"http://127.0.0.1:{server.server_address[1]}/v1/traces"
+        tracing = Tracing.start(TracingSettings(tracing=True, tracing_endpoint=endpoint))
+        tracing.tracer.start_span("SEND /queue/a").end()
+        assert await tracing.close(10.0) is True
+        assert got.is_set()
+    finally:
+        server.shutdown()
+        server.server_close()

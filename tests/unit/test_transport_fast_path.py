@@ -30,7 +30,7 @@ async def _until(condition, passes: int = 200) -> None:
 async def _logged_in():
     """A connection over a fake socket and a fake RabbitMQ, past CONNECTED: (link, client, rabbit)."""
     rabbits = Rabbits()
-    settings = Settings(amqp_url="amqp://guest:guest@127.0.0.1:1/", login_check=False)
+    settings = Settings(amqp_url="amqp://guest:guest@127.0.0.1:1/")
     link = TcpLink(lambda _: None, high=1 << 20)
     client = FakeTransport()
     link.connection_made(client)
