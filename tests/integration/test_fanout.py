@@ -10,6 +10,7 @@ import socket
 
 import pytest
 
+from testkit.brokers import rabbitmqctl
 from tests.integration.rawstomp import RawStomp
 
 NATIVE = os.environ.get("STOMP_BRIDGE_TEST_TARGET") == "native"
@@ -120,3 +121,43 @@ def test_a_subscriber_that_does_not_read_is_closed_and_the_others_lose_nothing(t
     assert counters.fanout_slow_subscribers == 1 and counters.fanout_subscribers == 1
     assert counters.errors["Slow subscriber"] == 1
     slow.close()
+
+
+@bridge_only
+def test_the_subscriber_that_made_the_shared_queue_leaving_ends_nothing_for_the_others(target, dial, rabbit, unique):
+    """The shared queue's channel is a session of the login's own, not the first subscriber's:
+    that one disconnecting, or dropping its socket, leaves the others receiving."""
+    port, server = target
+    topic = f"/topic/first.{unique}"
+    first, second, third = (_connect(dial, port) for _ in range(3))
+    for n, conn in enumerate((first, second, third)):
+        conn.subscribe(topic, sub_id=f"s{n}")
+    first.receipt("DISCONNECT", {}, receipt_id="bye")
+    third.sock.close()  # no DISCONNECT: the socket goes
+    sender = _connect(dial, port)
+    sender.receipt("SEND", {"destination": topic}, b"after")
+    assert second.expect("MESSAGE").body == b"after"
+    assert len(rabbit.topic_queues(f"first.{unique}")) == 1
+    assert server._server.counters.fanout_subscribers == 1
+
+
+@bridge_only
+@pytest.mark.rabbitmqctl
+def test_the_shared_queue_deleted_cancels_every_subscriber_as_its_own_would(target, dial, rabbit, unique):
+    """RabbitMQ cancels the one consumer: each subscriber gets the plugin's ERROR for a deleted
+    subscription queue, naming its own subscription; a later SUBSCRIBE makes a queue again."""
+    port, server = target
+    key = f"gone.{unique}"
+    subscribers = [_connect(dial, port) for _ in range(2)]
+    for n, conn in enumerate(subscribers):
+        conn.subscribe(f"/topic/{key}", sub_id=f"s{n}")
+    (queue,) = rabbit.topic_queues(key)
+    rabbitmqctl("delete_queue", queue)
+    for n, conn in enumerate(subscribers):
+        error = conn.expect("ERROR")
+        assert (error["message"], error["subscription"]) == ("Server cancelled subscription", f"s{n}")
+    again = _connect(dial, port)
+    again.subscribe(f"/topic/{key}", sub_id="again")
+    _connect(dial, port).receipt("SEND", {"destination": f"/topic/{key}"}, b"new")
+    assert again.expect("MESSAGE").body == b"new"
+    assert server._server.counters.fanout_queues == 1
