@@ -161,3 +161,41 @@ def test_the_shared_queue_deleted_cancels_every_subscriber_as_its_own_would(targ
     _connect(dial, port).receipt("SEND", {"destination": f"/topic/{key}"}, b"new")
     assert again.expect("MESSAGE").body == b"new"
     assert server._server.counters.fanout_queues == 1
+
+
+@bridge_only
+def test_websocket_subscribers_share_with_tcp_ones_and_each_gets_a_whole_message(bridge, dial, unique):
+    """Browsers (a WebSocket each, one with permessage-deflate) and a TCP client on one shared
+    queue: each WebSocket message is one whole MESSAGE frame, with its own subscription."""
+    from contextlib import ExitStack
+
+    from websockets.sync.client import connect
+
+    server = bridge(edge_fanout=True, ws_port=0)
+    stack = ExitStack()  # closed at the end (with: the deprecated plain connect() warns)
+    topic = f"/topic/ws.{unique}"
+    sockets = []
+    # two shared, and one whose include-seq gives it a queue of its own: the reference
+    for n, (compression, extra) in enumerate((("deflate", ""), (None, ""), (None, "include-seq:seq\n"))):
+        ws = stack.enter_context(connect(f"ws://127.0.0.1:{server.ws_port}/ws", subprotocols=["v12.stomp"],
+                                         compression=compression, open_timeout=20))
+        ws.send("CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\0")
+        assert ws.recv(timeout=20).startswith("CONNECTED")
+        ws.send(f"SUBSCRIBE\ndestination:{topic}\nid:w{n}\n{extra}receipt:r{n}\n\n\0")
+        assert ws.recv(timeout=20).startswith("RECEIPT")
+        sockets.append(ws)
+    tcp = _connect(dial, server.port)
+    tcp.subscribe(topic, sub_id="t")
+    body = "é" * 3000 + "end"  # larger than one read, text frames as stompjs sends them
+    _connect(dial, server.port).receipt("SEND", {"destination": topic, "content-type": "text/plain"}, body)
+    got = []
+    for n, ws in enumerate(sockets):
+        head, _, rest = ws.recv(timeout=20).partition("\n\n")
+        lines = head.split("\n")
+        assert lines[:3] == ["MESSAGE", f"subscription:w{n}", f"destination:{topic}"]
+        got.append(([line for line in lines[3:] if not line.startswith(("message-id:", "seq:"))], rest))
+    assert got[0] == got[1] == got[2]  # shared or not, the same MESSAGE
+    assert got[0][1].startswith(body + "\0")
+    assert tcp.expect("MESSAGE").body == body.encode()
+    assert server._server.counters.fanout_queues == 1 and server._server.counters.fanout_copies == 3
+    stack.close()
