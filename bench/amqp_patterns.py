@@ -815,6 +815,80 @@ async def scenario_a1_consume(run: Run, settled: bool) -> dict:
         await admin.close()
 
 
+async def scenario_a1r_publish(run: Run, persistent: bool, per_write: int) -> dict:
+    """AMQP 1.0 with the raw client (``bench.amqp1_raw``): one connection per session."""
+    from bench.amqp1_raw import Link1
+
+    args = run.args
+    admin, achan = await run.admin()
+    queue = run.name("q")
+    await achan.rpc(spec.Queue.Declare(queue=queue, durable=True))
+    links: list[Any] = []
+    try:
+        links = [await Link1.open(run.port) for _ in range(args.sessions)]
+        for link in links:
+            await link.attach_sender(f"/queues/{queue}")
+        per = args.messages // args.sessions
+        await run.settle()
+        loop = asyncio.get_running_loop()
+        futures = [loop.create_future() for _ in links]
+        timed = Timed(run.node)
+        timed.start()
+        for link, f in zip(links, futures):
+            link.start_publishing(per, args.window, per_write, run.body, persistent,
+                                  lambda f=f: f.done() or f.set_result(None))
+        await wait_all(futures, "AMQP 1.0 publishing")
+        errors = [link.error for link in links if link.error]
+        if errors:
+            raise PatternError(errors[0])
+        result = timed.stop(per * len(links))
+        ok = await achan.rpc(spec.Queue.Declare(queue=queue, durable=True, passive=True))
+        if ok.message_count != per * len(links):
+            raise PatternError(f"queue holds {ok.message_count}, expected {per * len(links)}")
+        return result
+    finally:
+        for link in links:
+            await link.close()
+        await achan.rpc(spec.Queue.Delete(queue=queue))
+        await admin.close()
+
+
+async def scenario_a1r_consume(run: Run, settle: str, prefetch: int = 500) -> dict:
+    from bench.amqp1_raw import Link1
+
+    total = run.args.messages
+    admin, achan = await run.admin()
+    queue = run.name("q")
+    await achan.rpc(spec.Queue.Declare(queue=queue, durable=True))
+    link = None
+    try:
+        filler = await admin.channel(confirms=True)
+        await fill(run, filler, queue, total)
+        link = await Link1.open(run.port)
+        await run.settle()
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        link.on_done = lambda: future.done() or future.set_result(None)
+        timed = Timed(run.node)
+        timed.start()
+        await link.attach_receiver(f"/queues/{queue}", settle, prefetch, total)
+        link.transport.write(link.grant())
+        await wait_all([future], "AMQP 1.0 consuming")
+        if link.error:
+            raise PatternError(link.error)
+        await link.close()  # RabbitMQ answers the close after it read every disposition
+        result = timed.stop(total)
+        ok = await achan.rpc(spec.Queue.Declare(queue=queue, durable=True, passive=True))
+        if ok.message_count:
+            raise PatternError(f"{ok.message_count} messages left in the queue")
+        return result
+    finally:
+        if link is not None:
+            await link.close()
+        await achan.rpc(spec.Queue.Delete(queue=queue))
+        await admin.close()
+
+
 # -- the table ---------------------------------------------------------------------------
 
 
@@ -856,6 +930,11 @@ def table(args: argparse.Namespace) -> list[tuple[str, str, str, Callable[[Run],
         rows.append(("pubp", "a1-pub-p", pbase, lambda r: scenario_a1_publish(r, True)))
         rows.append(("con", "a1-con-accept", cbase, lambda r: scenario_a1_consume(r, False)))
         rows.append(("con", "a1-con-settled", cbase, lambda r: scenario_a1_consume(r, True)))
+        for k in (1, 10):
+            rows.append(("pub", f"a1r-pub-np-k{k}", base, lambda r, k=k: scenario_a1r_publish(r, False, k)))
+        rows.append(("pubp", "a1r-pub-p-k10", pbase, lambda r: scenario_a1r_publish(r, True, 10)))
+        for settle in ("each", "range", "settled"):
+            rows.append(("con", f"a1r-con-{settle}", cbase, lambda r, st=settle: scenario_a1r_consume(r, st)))
     return rows
 
 
