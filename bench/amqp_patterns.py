@@ -104,7 +104,11 @@ class Chan:
         self.touched = False
 
     def write(self, data: bytes) -> None:
-        self.conn.transport.write(data)
+        conn = self.conn
+        if conn.coalesce:
+            conn.pending.append(data)
+        else:
+            conn.transport.write(data)
 
     async def rpc(self, method: Any) -> Any:
         future = asyncio.get_running_loop().create_future()
@@ -146,6 +150,14 @@ class Conn(asyncio.Protocol):
         self.writable = asyncio.Event()
         self.writable.set()
         self.error: str | None = None
+        # coalesce: every channel's writes of one pass go out in one socket write (flush())
+        self.coalesce = False
+        self.pending: list[bytes] = []
+
+    def flush(self) -> None:
+        if self.pending:
+            pending, self.pending = self.pending, []
+            self.transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
 
     @classmethod
     async def open(cls, port: int, name: str = "bench.amqp_patterns") -> Conn:
@@ -267,6 +279,8 @@ class Conn(asyncio.Protocol):
             PUBLISHERS_TOUCHED.clear()
             for publisher in publishers:
                 publisher.batch_end()
+        if self.pending:
+            self.flush()
 
     def _method(self, chan: Chan, frame: bytes) -> None:
         _, _, method = pamqp.frame.unmarshal(frame)
@@ -492,7 +506,10 @@ async def wait_all(futures: list[asyncio.Future], what: str) -> None:
         raise PatternError(f"{what}: not done within {TIMEOUT:.0f} s") from None
 
 
-async def scenario_publish(run: Run, layout: str, per_write: int, persistent: bool, confirms: bool) -> dict:
+async def scenario_publish(run: Run, layout: str, per_write: int, persistent: bool, confirms: bool,
+                           coalesce: bool = False) -> dict:
+    """``coalesce`` (layout ``chan``): the sessions' writes of one pass joined into one socket
+    write per connection, as the bridge could join the batches of the sessions sharing one."""
     args = run.args
     sessions, total = args.sessions, args.messages
     admin, achan = await run.admin()
@@ -506,6 +523,7 @@ async def scenario_publish(run: Run, layout: str, per_write: int, persistent: bo
         elif layout == "chan":
             conns = [await Conn.open(run.port)]
             chans = [await conns[0].channel(confirms) for _ in range(sessions)]
+            conns[0].coalesce = coalesce
         else:  # mux: every session on one channel
             conns = [await Conn.open(run.port)]
             one = await conns[0].channel(confirms)
@@ -522,6 +540,8 @@ async def scenario_publish(run: Run, layout: str, per_write: int, persistent: bo
             timed.start()
             for p in pubs:
                 p.start()
+            for c in conns:
+                c.flush()
             await wait_all(futures, "publishing")
             errors = [p.error for p in pubs if p.error]
             if errors:
@@ -668,7 +688,7 @@ def amqp1_publish(run: Run, queue: str, persistent: bool) -> dict:
     from proton.reactor import Container
 
     args = run.args
-    per = args.messages // args.sessions
+    per = args.proton_messages // args.sessions
     url = f"amqp://{HOST}:{run.port}"
     body = run.body
     timed = Timed(run.node)
@@ -739,7 +759,7 @@ def amqp1_consume(run: Run, queue: str, settled: bool) -> dict:
     from proton.handlers import MessagingHandler
     from proton.reactor import AtMostOnce, Container
 
-    total = run.args.messages
+    total = run.args.proton_messages
     url = f"amqp://{HOST}:{run.port}"
     timed = Timed(run.node)
 
@@ -788,7 +808,7 @@ async def scenario_a1_publish(run: Run, persistent: bool) -> dict:
         # proton runs its own loop: this one waits (idle) in the thread's meantime.
         result = await asyncio.to_thread(amqp1_publish, run, queue, persistent)
         ok = await achan.rpc(spec.Queue.Declare(queue=queue, durable=True, passive=True))
-        expected = run.args.messages // run.args.sessions * run.args.sessions
+        expected = run.args.proton_messages // run.args.sessions * run.args.sessions
         if ok.message_count != expected:
             raise PatternError(f"queue holds {ok.message_count}, expected {expected}")
         return result
@@ -803,7 +823,7 @@ async def scenario_a1_consume(run: Run, settled: bool) -> dict:
     await achan.rpc(spec.Queue.Declare(queue=queue, durable=True))
     try:
         filler = await admin.channel(confirms=True)
-        await fill(run, filler, queue, run.args.messages)
+        await fill(run, filler, queue, run.args.proton_messages)
         await run.settle()
         result = await asyncio.to_thread(amqp1_consume, run, queue, settled)
         ok = await achan.rpc(spec.Queue.Declare(queue=queue, durable=True, passive=True))
@@ -902,6 +922,7 @@ def table(args: argparse.Namespace) -> list[tuple[str, str, str, Callable[[Run],
         for k in (1, 10):
             rows.append(("pub", f"pub-np-k{k}-{layout}", base,
                          lambda r, k=k, lay=layout: scenario_publish(r, lay, k, False, True)))
+    rows.append(("pub", "pub-np-k1-chan-co", base, lambda r: scenario_publish(r, "chan", 1, False, True, True)))
     rows.append(("pub", "pub-nc-k10-conn", base, lambda r: scenario_publish(r, "conn", 10, False, False)))
     pbase = "pub-p-k1-conn"
     for k in (1, 10, 100):
@@ -1016,6 +1037,8 @@ def main() -> None:
     ap.add_argument("--broker", choices=sorted(BROKERS), default="4.3")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--messages", type=int, default=20000)
+    ap.add_argument("--proton-messages", type=int, default=5000,
+                    help="messages of the python-qpid-proton scenarios (a1-*: 80-100 µs of client CPU each)")
     ap.add_argument("--size", type=int, default=256)
     ap.add_argument("--sessions", type=int, default=4)
     ap.add_argument("--window", type=int, default=100)
