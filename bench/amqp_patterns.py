@@ -72,6 +72,7 @@ from stomp_bridge.amqp.codec import encode_ack, publish_frames
 from testkit.bridgeproc import find_listener
 
 BROKERS = {"4.3": 5643, "4.0": 5640, "system": 5672, "4.4": 5644}
+BROKERS_PORT = [5643]  # the run's broker, for a clean-up on a connection of its own
 HOST = "127.0.0.1"
 TIMEOUT = 120.0  # seconds one scenario may take before it is abandoned
 _HEAD = struct.Struct(">BHI")
@@ -481,7 +482,7 @@ class Run:
     def __init__(self, args: argparse.Namespace, node: Node) -> None:
         self.args = args
         self.node = node
-        self.port = BROKERS[args.broker]
+        self.port = BROKERS_PORT[0] = BROKERS[args.broker]
         self.tag = f"bench.patterns.{os.getpid()}.{uuid.uuid4().hex[:6]}"
         self.body = b"x" * args.size
         self.count = 0
@@ -497,6 +498,20 @@ class Run:
     async def admin(self) -> tuple[Conn, Chan]:
         conn = await Conn.open(self.port, "bench.amqp_patterns admin")
         return conn, await conn.channel()
+
+
+async def cleanup(admin: Conn, method: Any) -> None:
+    """Delete what a scenario made (on the admin connection's channel 1, or a new one if RabbitMQ
+    closed it), never raising over the scenario's own error."""
+    try:
+        if admin.transport.is_closing() or admin.error:
+            admin = await Conn.open(BROKERS_PORT[0], "bench.amqp_patterns cleanup")
+            await admin.channel()
+        await admin.chans[1].rpc(method)
+    except Exception as exc:  # noqa: BLE001
+        print(f"  clean-up {type(method).__name__} failed: {exc}", file=sys.stderr)
+    finally:
+        await admin.close()
 
 
 async def wait_all(futures: list[asyncio.Future], what: str) -> None:
@@ -567,10 +582,7 @@ async def scenario_publish(run: Run, layout: str, per_write: int, persistent: bo
     finally:
         for c in conns:
             await c.close()
-        try:
-            await achan.rpc(spec.Queue.Delete(queue=queue))
-        finally:
-            await admin.close()
+        await cleanup(admin, spec.Queue.Delete(queue=queue))
 
 
 async def fill(run: Run, chan: Chan, queue: str, count: int) -> None:
@@ -616,10 +628,7 @@ async def scenario_consume(run: Run, mode: str, prefetch: int, every: int = 0) -
     finally:
         if conn is not None:
             await conn.close()
-        try:
-            await achan.rpc(spec.Queue.Delete(queue=queue))
-        finally:
-            await admin.close()
+        await cleanup(admin, spec.Queue.Delete(queue=queue))
 
 
 async def scenario_fanout(run: Run, queues: int, mode: str, published: int) -> dict:
@@ -665,10 +674,7 @@ async def scenario_fanout(run: Run, queues: int, mode: str, published: int) -> d
     finally:
         for c in conns:
             await c.close()
-        try:
-            await achan.rpc(spec.Exchange.Delete(exchange=exchange))
-        finally:
-            await admin.close()
+        await cleanup(admin, spec.Exchange.Delete(exchange=exchange))
 
 
 async def scenario_idle(run: Run) -> dict:
@@ -813,8 +819,7 @@ async def scenario_a1_publish(run: Run, persistent: bool) -> dict:
             raise PatternError(f"queue holds {ok.message_count}, expected {expected}")
         return result
     finally:
-        await achan.rpc(spec.Queue.Delete(queue=queue))
-        await admin.close()
+        await cleanup(admin, spec.Queue.Delete(queue=queue))
 
 
 async def scenario_a1_consume(run: Run, settled: bool) -> dict:
@@ -831,8 +836,7 @@ async def scenario_a1_consume(run: Run, settled: bool) -> dict:
             raise PatternError(f"{ok.message_count} messages left in the queue")
         return result
     finally:
-        await achan.rpc(spec.Queue.Delete(queue=queue))
-        await admin.close()
+        await cleanup(admin, spec.Queue.Delete(queue=queue))
 
 
 async def scenario_a1r_publish(run: Run, persistent: bool, per_write: int) -> dict:
@@ -869,8 +873,7 @@ async def scenario_a1r_publish(run: Run, persistent: bool, per_write: int) -> di
     finally:
         for link in links:
             await link.close()
-        await achan.rpc(spec.Queue.Delete(queue=queue))
-        await admin.close()
+        await cleanup(admin, spec.Queue.Delete(queue=queue))
 
 
 async def scenario_a1r_consume(run: Run, settle: str, prefetch: int = 500) -> dict:
@@ -905,8 +908,7 @@ async def scenario_a1r_consume(run: Run, settle: str, prefetch: int = 500) -> di
     finally:
         if link is not None:
             await link.close()
-        await achan.rpc(spec.Queue.Delete(queue=queue))
-        await admin.close()
+        await cleanup(admin, spec.Queue.Delete(queue=queue))
 
 
 # -- the table ---------------------------------------------------------------------------
@@ -946,11 +948,19 @@ def table(args: argparse.Namespace) -> list[tuple[str, str, str, Callable[[Run],
         rows.append(("fan", f"fan-q{m}-noack", fbase, lambda r, m=m, n=published: scenario_fanout(r, m, "noack", n)))
     rows.append(("fan", "fan-edge-multi", "fan-edge-multi", lambda r: scenario_fanout(r, 1, "multi", 2000)))
     rows.append(("fan", "fan-edge-noack", "fan-edge-multi", lambda r: scenario_fanout(r, 1, "noack", 2000)))
-    if args.broker != "system":
+    try:
+        import proton  # noqa: F401 - python-qpid-proton, only for the a1-* rows
+        have_proton = True
+    except ImportError:
+        have_proton = False
+        print("python-qpid-proton is not installed (`.venv/bin/pip install python-qpid-proton`): "
+              "no a1-* rows", file=sys.stderr)
+    if args.broker != "system" and have_proton:
         rows.append(("pub", "a1-pub-np", base, lambda r: scenario_a1_publish(r, False)))
         rows.append(("pubp", "a1-pub-p", pbase, lambda r: scenario_a1_publish(r, True)))
         rows.append(("con", "a1-con-accept", cbase, lambda r: scenario_a1_consume(r, False)))
         rows.append(("con", "a1-con-settled", cbase, lambda r: scenario_a1_consume(r, True)))
+    if args.broker != "system":
         for k in (1, 10):
             rows.append(("pub", f"a1r-pub-np-k{k}", base, lambda r, k=k: scenario_a1r_publish(r, False, k)))
         rows.append(("pubp", "a1r-pub-p-k10", pbase, lambda r: scenario_a1r_publish(r, True, 10)))
@@ -985,6 +995,8 @@ async def main_async(args: argparse.Namespace) -> dict:
     run = Run(args, node)
     rows = selected(args)
     results: dict[str, list[dict]] = {name: [] for _, name, _, _ in rows}
+    data = {"broker": args.broker, "pid": pid, "args": vars(args), "rows": [(g, n, b) for g, n, b, _ in rows],
+            "results": results}
     print(f"RabbitMQ {args.broker} (AMQP {port}, beam pid {pid}); {args.messages} messages of {args.size} B, "
           f"{args.sessions} sessions, window {args.window}; {len(rows)} scenarios x {args.runs} runs",
           file=sys.stderr)
@@ -993,16 +1005,18 @@ async def main_async(args: argparse.Namespace) -> dict:
         for group, name, _, fn in rows[shift:] + rows[:shift]:
             try:
                 result = await fn(run)
-            except PatternError as exc:
-                print(f"  run {round_ + 1} {name}: FAILED: {exc}", file=sys.stderr)
-                results[name].append({"error": str(exc)})
+            except Exception as exc:  # noqa: BLE001 - one scenario's failure is reported, the run goes on
+                print(f"  run {round_ + 1} {name}: FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
+                results[name].append({"error": f"{type(exc).__name__}: {exc}"})
                 continue
             result["round"] = round_
             results[name].append(result)
             print(f"  run {round_ + 1} {name:<18} RabbitMQ {result['rabbit_us']:8.1f} µs/msg  "
                   f"client {result['client_us']:7.1f} µs/msg  {result['rate']:9.0f} msg/s", file=sys.stderr)
-    return {"broker": args.broker, "pid": pid, "args": vars(args), "rows": [(g, n, b) for g, n, b, _ in rows],
-            "results": results}
+        if args.json:  # after every round: a run cut short keeps what it measured
+            with open(args.json, "w") as f:
+                json.dump(data, f, indent=1)
+    return data
 
 
 def report(data: dict) -> str:
@@ -1032,6 +1046,27 @@ def report(data: dict) -> str:
     return "\n".join(lines)
 
 
+def markdown(data: dict) -> str:
+    """The same figures as a Markdown table (for docs/performance.md)."""
+    results = data["results"]
+    lines = ["| scenario | RabbitMQ µs/msg (runs) | ratio to baseline (runs) | client µs/msg | msg/s |",
+             "|---|---|---|---|---|"]
+    for group, name, base in data["rows"]:
+        ok = [r for r in results[name] if "error" not in r]
+        if group == "idle" or not ok:
+            continue
+        us = [r["rabbit_us"] for r in ok]
+        base_by_round = {r["round"]: r["rabbit_us"] for r in results.get(base, []) if "error" not in r}
+        ratios = [r["rabbit_us"] / base_by_round[r["round"]] for r in ok if base_by_round.get(r["round"])]
+        fmt = (lambda v: f"{v:,.0f}") if statistics.median(us) >= 100 else (lambda v: f"{v:.1f}")
+        ratio = (f"{statistics.median(ratios):.2f} ({min(ratios):.2f}–{max(ratios):.2f})"
+                 if ratios and name != base else "1 (baseline)")
+        lines.append(f"| `{name}` | {fmt(statistics.median(us))} ({fmt(min(us))}–{fmt(max(us))}) | {ratio} | "
+                     f"{statistics.median(r['client_us'] for r in ok):.1f} | "
+                     f"{statistics.median(r['rate'] for r in ok):,.0f} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--broker", choices=sorted(BROKERS), default="4.3")
@@ -1048,14 +1083,20 @@ def main() -> None:
     ap.add_argument("--settle", type=float, default=0.3, help="seconds between a scenario's set-up and its timed part")
     ap.add_argument("--only", default="", help="groups (pub, pubp, con, fan) or scenario names/prefixes, comma-separated")
     ap.add_argument("--json", default="")
+    ap.add_argument("--markdown", action="store_true", help="the table in Markdown")
+    ap.add_argument("--from-json", default="", help="print the report of an earlier run's --json, run nothing")
     args = ap.parse_args()
     try:
         import uvloop
         uvloop.install()
     except ImportError:
         pass
-    data = asyncio.run(main_async(args))
-    print(report(data))
+    if args.from_json:
+        with open(args.from_json) as f:
+            data = json.load(f)
+    else:
+        data = asyncio.run(main_async(args))
+    print(markdown(data) if args.markdown else report(data))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(data, f, indent=1)
