@@ -19,7 +19,8 @@ properties the bridge gives a plain SEND); they differ only in how:
   client's chunk held). ``conn``: one connection per session (the bridge's layout for a login's
   first 16 sessions, ``amqp_min_connections_per_login``); ``chan``: one connection, a channel per
   session (later sessions, up to ``amqp_channels_per_connection``); ``mux``: every session's
-  publishes on one channel of one connection. ``np``: non-persistent, confirms on (the bridge
+  publishes on one channel of one connection; ``chan-co``: ``chan`` with the sessions' writes of
+  one pass joined into one socket write. ``np``: non-persistent, confirms on (the bridge
   always confirms: receipts, and a nack or return stops the ledger); ``nc``: non-persistent
   without confirms (what confirms cost); ``p``: persistent (delivery mode 2), confirms.
 * ``con-*``: one consumer of a queue filled beforehand (the fill is not timed). ``each``: one
@@ -37,6 +38,11 @@ properties the bridge gives a plain SEND); they differ only in how:
   unsettled transfers (RabbitMQ settles each once the queue has it: the confirm), one connection
   per session; ``a1-con-accept``: credit 500, each delivery accepted (proton settles one by one);
   ``a1-con-settled``: pre-settled deliveries (at-most-once: the auto-ack of AMQP 1.0).
+  ``--proton-messages`` each (5,000: proton costs 80-100 µs of client CPU per message, so it hands
+  RabbitMQ about one frame per read). ``a1r-*``: the same with ``bench.amqp1_raw``, a minimal
+  AMQP 1.0 client as quick as the 0-9-1 one: ``a1r-pub-np-k1`` / ``-k10`` / ``a1r-pub-p-k10``
+  (transfers per write), ``a1r-con-each`` (a disposition per delivery), ``a1r-con-range`` (one
+  ranged disposition per read), ``a1r-con-settled`` (pre-settled), credit 500.
 
 Each scenario is run once per round, the rounds interleave every scenario (the order rotates each
 round), and each round's figures are divided by that round's baseline (``pub-np-k1-conn``,
