@@ -163,7 +163,12 @@ def test_a_connection_closed_while_its_client_does_not_read_is_aborted_after_clo
     counters = server._server.counters
     sock = unread_socket(server.port)
     try:
-        write_until_stalled(sock, JUNK * 4096, JUNK_LIMIT, stall=1.0)
+        written = write_until_stalled(sock, JUNK * 4096, JUNK_LIMIT, stall=1.0)
+        while counters.reads_held == 0:  # a stall of a loaded bridge, not yet its holding: more
+            assert counters.connections_closed["Connect timeout"] == 0, "the connect timeout before the stall"
+            more = write_until_stalled(sock, JUNK * 4096, JUNK_LIMIT - written, stall=1.0, offset=written)
+            written += more
+            assert more or counters.reads_held, f"the bridge stopped reading after {written} bytes, holding nothing"
         assert counters.reads_held == 1 and counters.connections_closed["Connect timeout"] == 0
         deadline = time.monotonic() + 20
         while counters.connections_closed["Connect timeout"] == 0 and time.monotonic() < deadline:
