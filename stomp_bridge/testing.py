@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -115,10 +116,36 @@ class BackgroundBridge:
         """Close the bridge (drained, as on SIGTERM) and end its thread; safe if it never started."""
         loop, server = self._loop, self._server
         if loop is not None and server is not None and loop.is_running():
-            asyncio.run_coroutine_threadsafe(server.close(), loop).result(START_TIMEOUT + self.settings.shutdown_grace)
+            timeout = START_TIMEOUT + self.settings.shutdown_grace
+            closing = asyncio.run_coroutine_threadsafe(server.close(), loop)
+            try:
+                closing.result(timeout)
+            except concurrent.futures.TimeoutError:
+                raise TimeoutError(f"stomp-bridge did not close within {timeout:.0f} s; {_still_running(loop)}") from None
             loop.call_soon_threadsafe(loop.stop)
         if self._thread.is_alive():
             self._thread.join(START_TIMEOUT)
+
+
+def _still_running(loop: asyncio.AbstractEventLoop) -> str:
+    """What a bridge that does not close is doing: each task's coroutine and where it waits."""
+    async def describe() -> str:
+        here = asyncio.current_task()
+        lines = []
+        for task in asyncio.all_tasks():
+            if task is here:
+                continue
+            coro, where = task.get_coro(), []
+            while coro is not None and getattr(coro, "cr_frame", None) is not None:  # down the awaits
+                where.append(f"{coro.cr_code.co_name} ({coro.cr_frame.f_code.co_filename}:{coro.cr_frame.f_lineno})")
+                coro = getattr(coro, "cr_await", None)
+            lines.append(" > ".join(where) or repr(task))
+        return "still running: " + "; ".join(sorted(lines))
+
+    try:
+        return asyncio.run_coroutine_threadsafe(describe(), loop).result(5)
+    except concurrent.futures.TimeoutError:
+        return "its event loop is blocked (it ran nothing for 5 s)"
 
 
 @contextmanager

@@ -302,7 +302,10 @@ class Harness:
                 done = self._call(lambda: self.session.receive_now(data))
             finally:
                 self.reading_step = None
-            if not done:
+            if done is None:  # not taken (a frame begun earlier): the loop reads it
+                self._chunks.append((data, self.step))
+                self._reading = self.loop.create_task(self._read())
+            elif not done:
                 self._chunks.append((b"", self.step))  # what receive_now began
                 self._reading = self.loop.create_task(self._read())
         else:

@@ -176,13 +176,17 @@ class Session:
 
     # -- the client's bytes: one loop for every link ------------------------------------------
 
-    def receive_now(self, data: bytes | memoryview) -> bool:
+    def receive_now(self, data: bytes | memoryview) -> bool | None:
         """Bytes that arrived while the transport waited for some: their frames handled, their
         publishes and answers written, in this pass of the event loop. False if anything is left
         to wait for (a frame's job, the publishing channel, a full socket, more frames than a fair
-        share): then :meth:`receive` carries on from here."""
+        share): then :meth:`receive` carries on from here. None: not taken (the session ended, or
+        a frame begun earlier, whose rest the loop gathers: :meth:`receive` takes them)."""
         core = self.core
-        core.receive_data(data)
+        parser = core.parser
+        if parser.buffered or core.state is CLOSED:  # frame_begun() and closed, without two calls
+            return None
+        parser.feed(data)  # core.receive_data's one line, without its call
         budget = FAIR_SHARE - self._share
         if budget <= 0:  # a fair share was handled just before, maybe in this very pass
             self._pending = YIELD

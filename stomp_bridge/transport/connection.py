@@ -542,12 +542,15 @@ class Connection:
         than a fair share); None: not taken (a large chunk, a frame begun earlier, a client that
         does not read)."""
         session = self.session
-        if session.closed or len(data) >= SMALL_CHUNK or session.frame_begun() or not self.link.writable():
+        if len(data) >= SMALL_CHUNK or not self.link.writable():
             return None  # the loop reads it (after waiting for the client to take its frames)
-        self.last_read = self.loop.time()
-        self.counters.bytes_in += len(data)
         try:
-            return not session.receive_now(data)
+            done = session.receive_now(data)
+            if done is None:
+                return None  # the loop reads it (the rest of a frame begun, or the session's end)
+            self.last_read = self.loop.time()
+            self.counters.bytes_in += len(data)
+            return not done
         except StompError as exc:  # as the loop's own handling would (it ends the connection)
             session.fail(exc)
         except Exception as exc:  # noqa: BLE001 - a client's bytes must never kill the bridge

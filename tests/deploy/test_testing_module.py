@@ -88,6 +88,27 @@ def test_background_bridge_is_started_used_and_stopped_by_hand(broker):
     bridge.stop()  # twice is harmless
 
 
+def test_a_bridge_that_does_not_close_says_what_it_still_runs(broker, monkeypatch):
+    """stop() on a close that never ends: a TimeoutError naming each task and where it waits,
+    not a bare timeout (one CI run's teardown waited 40 s and said nothing more)."""
+    import asyncio
+
+    bridge = BackgroundBridge(Settings(amqp_url=broker.amqp_url, host="127.0.0.1", port=0, http_port=None,
+                                       ws_port=None, shutdown_grace=0.1))
+    server = bridge.start()
+    monkeypatch.setattr(testing, "START_TIMEOUT", 1)
+    close = server.close
+
+    async def stuck_close(grace: float | None = None) -> None:
+        await asyncio.Event().wait()
+
+    server.close = stuck_close  # type: ignore[method-assign]
+    with pytest.raises(TimeoutError, match=r"did not close within 1 s; still running: .*stuck_close \(.*test_testing_module"):
+        bridge.stop()
+    server.close = close  # type: ignore[method-assign]
+    bridge.stop()
+
+
 def test_running_bridge_validates_settings_before_starting():
     with pytest.raises(ValidationError, match="max_frame_size"):
         with running_bridge(max_frame_size=1):

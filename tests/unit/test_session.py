@@ -58,6 +58,21 @@ def test_the_fast_path_hands_the_rest_of_a_burst_to_the_loop():
     assert len(h.of(p.Publish)) == FAIR_SHARE + 1
 
 
+def test_the_fast_path_leaves_the_rest_of_a_begun_frame_and_an_ended_session_to_the_loop():
+    """receive_now takes nothing (None) once a frame is begun, so that its rest is gathered by
+    the loop and parsed once, nor after the session ended; the loop's receive() then has it."""
+    h = connected()
+    session = h.session
+    data = serialize(Frame("SEND", {"destination": "/topic/t"}, b"body"))
+    assert h._call(lambda: session.receive_now(data[:10])) is True  # nothing whole yet: all done
+    assert h._call(lambda: session.receive_now(data[10:])) is None
+    assert h.of(p.Publish) == []
+    h.loop.run_until_complete(session.receive(data[10:]))
+    assert [plan.body for plan in h.of(p.Publish)] == [b"body"]
+    h._call(lambda: h.core.fail(driver.StompError("x", "y")))
+    assert h._call(lambda: session.receive_now(data)) is None and len(h.of(p.Publish)) == 1
+
+
 def test_a_frame_split_over_chunks_is_one_frame():
     h = connected()
     data = serialize(Frame("SEND", {"destination": "/topic/t", "receipt": "r"}, b"body"))
