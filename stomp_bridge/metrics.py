@@ -55,6 +55,7 @@ BRIDGE_ERRORS = frozenset({
     "Missing destination or id", "Missing frame terminator", "Missing header",
     "Missing transaction", "No subscription found", "Not connected", "Processing error",
     "Selector not supported on shared queues", "Server cancelled subscription", "Server shutdown",
+    "Slow subscriber",
     "Subscription not found", "Token refused", "Too many connections", "Too many headers", "Too many subscriptions",
     "Transaction limit exceeded",
     "Transaction too large", "Unknown destination", "Unroutable message", "Unsupported browser-end",
@@ -147,6 +148,12 @@ class Counters:
         self.websocket_upgrades = 0  # of the connections opened, those that came over WebSocket
         self.reads_held = 0  # a client had not taken write_buffer_high bytes: its reading stopped
         self.connections_aborted = 0  # closed, but not drained within close_timeout: aborted
+        # fan-out at the edge (edge_fanout): shared queues and their subscribers now, the
+        # MESSAGEs made from their deliveries, the subscribers closed for not keeping up
+        self.fanout_queues = 0
+        self.fanout_subscribers = 0
+        self.fanout_copies = 0
+        self.fanout_slow_subscribers = 0
         self.confirm_latency = Histogram(CONFIRM_BUCKETS)
 
 
@@ -205,6 +212,16 @@ METRICS: tuple[Spec, ...] = (
     Spec("stomp_bridge_resubscriptions", "counter",
          "Subscriptions RabbitMQ cancelled that the bridge subscribed again (resubscribe_on_cancel).",
          "resubscriptions"),
+    Spec("stomp_bridge_fanout_queues", "gauge",
+         "Shared subscription queues (edge_fanout): one per login and binding with subscribers here.",
+         "fanout_queues"),
+    Spec("stomp_bridge_fanout_subscribers", "gauge",
+         "Subscriptions taking their MESSAGEs from a shared queue (edge_fanout).", "fanout_subscribers"),
+    Spec("stomp_bridge_fanout_copies", "counter",
+         "MESSAGEs made from deliveries of shared queues, one per subscriber (edge_fanout).", "fanout_copies"),
+    Spec("stomp_bridge_fanout_slow_subscribers", "counter",
+         "Subscribers of shared queues closed for not taking fanout_subscriber_buffer bytes (ERROR "
+         "'Slow subscriber').", "fanout_slow_subscribers"),
     Spec("stomp_bridge_token_updates", "counter",
          "New OAuth 2 tokens clients sent to /bridge/token that RabbitMQ accepted (connection.update-secret).",
          "token_updates"),

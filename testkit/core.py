@@ -47,6 +47,8 @@ class FakeChannel:
         self.broker_version_text = ".".join(map(str, harness.broker))
         self.dialect = Dialect(harness.broker)
         self.frame_max = harness.frame_max
+        self.consumed: list[tuple] = []  # (queue, consumer tag, no_ack, auto_ack) consumed on this channel
+        self.closed = False
 
     # events and publishing
     def listen(self, events: Any, writable: Any = None) -> None:
@@ -103,8 +105,17 @@ class FakeChannel:
         pass
 
     async def consume(self, queue: str, consumer_tag: str, *, no_ack: bool, prefetch: int = 0,
-                      arguments: Any = None, stream_auto: bool = False) -> None:
-        pass
+                      arguments: Any = None, stream_auto: bool = False, auto_ack: bool = False) -> None:
+        self.consumed.append((queue, consumer_tag, no_ack, auto_ack))
+
+    async def open_sibling(self, client_name: str) -> FakeChannel:
+        sibling = FakeChannel(self.h)
+        self.h.siblings.append(sibling)
+        return sibling
+
+    @property
+    def login_key(self) -> tuple[Any, ...]:
+        return ("guest", "digest", "/")
 
     async def cancel(self, consumer_tag: str) -> None:
         pass
@@ -135,7 +146,7 @@ class FakeChannel:
         pass
 
     async def close(self) -> None:
-        pass
+        self.closed = True
 
 
 class _Handle:
@@ -181,7 +192,8 @@ class Harness:
     """One STOMP connection's session and core, and a fake RabbitMQ behind them."""
 
     def __init__(self, rules: Rules | None = None, *, peer: str | None = "127.0.0.1",
-                 broker: tuple[int, ...] = (4, 3, 6), **changes: Any) -> None:
+                 broker: tuple[int, ...] = (4, 3, 6), hub: Any = None, loop: asyncio.AbstractEventLoop | None = None,
+                 **changes: Any) -> None:
         if rules is None:
             rules = Rules(**changes)
         self.broker = broker  # the RabbitMQ version the login reports (its Dialect)
@@ -212,7 +224,10 @@ class Harness:
         # of one of these is what RabbitMQ answers by closing the whole connection (530), so
         # every test fails on it.
         self.consuming: set[str] = set()
-        self.loop = asyncio.new_event_loop()
+        self.loop = loop or asyncio.new_event_loop()  # sessions sharing a hub share a loop
+        self._own_loop = loop is None
+        self.siblings: list[FakeChannel] = []  # channels opened beside the session's (a fan-out group's)
+        self.backlog = 0  # bytes the client has not taken (a fan-out subscriber's)
         self.timers = FakeTimers(self)
         self.channel = FakeChannel(self)
         self.core = StompCore(
@@ -224,6 +239,7 @@ class Harness:
             rules, None, self.counters, write=self.written.extend, close_transport=self._closed,
             open_timeout=10.0, writable=lambda: self.writable, wait_writable=self._wait_writable, peer=peer,
             peer_name="test", timers=self.timers, open_channel=self._open_channel, core=self.core, runners=runners,
+            hub=hub, backlog=lambda: self.backlog,
         )
         self._chunks: deque[tuple[bytes, int]] = deque()
         self._room: asyncio.Future[None] | None = None
@@ -256,9 +272,12 @@ class Harness:
             last = now
 
     def close(self) -> None:
+        """The connection ends (the transport's close): the session releases what it holds."""
         self._call(lambda: None)
         self.loop.run_until_complete(self.session.close())
-        self.loop.close()
+        self.pump()
+        if self._own_loop:
+            self.loop.close()
 
     # -- the client ----------------------------------------------------------------------
 

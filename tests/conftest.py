@@ -49,7 +49,9 @@ def stomp_target(broker) -> StompTarget:
         return
     from testkit.bridge import BridgeThread
 
-    bridge = BridgeThread(amqp_url=broker.amqp_url)
+    # STOMP_BRIDGE_TEST_FANOUT=1: the same differential tests with fan-out at the edge on
+    # (edge_fanout: topic subscribers of one login sharing a queue must see what the plugin gives)
+    bridge = BridgeThread(amqp_url=broker.amqp_url, edge_fanout=os.environ.get("STOMP_BRIDGE_TEST_FANOUT") == "1")
     bridge.start()
     try:
         yield StompTarget("127.0.0.1", bridge.port, native=False)

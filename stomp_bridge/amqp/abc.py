@@ -107,9 +107,17 @@ class SessionChannel(Protocol):
 
     async def consume(
         self, queue: str, consumer_tag: str, *, no_ack: bool, prefetch: int = 0,
-        arguments: dict[str, Any] | None = None, stream_auto: bool = False,
+        arguments: dict[str, Any] | None = None, stream_auto: bool = False, auto_ack: bool = False,
     ) -> None:
-        """``stream_auto``: ack:auto on a stream, acked by the bridge (a named stream subscription)."""
+        """``stream_auto``: ack:auto on a stream, acked by the bridge (a named stream subscription);
+        ``auto_ack``: RabbitMQ acknowledges (a shared subscription's queue)."""
+
+    async def open_sibling(self, client_name: str) -> SessionChannel:
+        """Another channel of the same login (a shared subscription's consumer)."""
+
+    @property
+    def login_key(self) -> tuple[Any, ...]:
+        """Who the session logged in as: sessions with the same may share a subscription."""
 
     async def cancel(self, consumer_tag: str) -> None: ...
 

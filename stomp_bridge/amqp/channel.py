@@ -131,6 +131,21 @@ class AmqpSession:
             raise
         return cls(pool, shared, channel, (login, passcode, vhost, client_name, context, external, timeout))
 
+    async def open_sibling(self, client_name: str) -> AmqpSession:
+        """Another channel of this session's login, through the pool as a session's own (a shared
+        subscription's consumer: ``session/fanout.py``)."""
+        if self._credentials is None:
+            raise BrokerError("Not connected", "The AMQP connection is gone; reconnect.")
+        login, passcode, vhost, _, context, external, timeout = self._credentials
+        return await AmqpSession.open(self.pool, login, passcode, vhost, client_name=client_name, timeout=timeout,
+                                      context=context, external=external)
+
+    @property
+    def login_key(self) -> tuple[Any, ...]:
+        """Who this session logged in as (user, passcode digest, vhost, how): sessions with the
+        same may share what RabbitMQ decided for one of them alike."""
+        return self.shared.key[:-1]
+
     def listen(self, events: ChannelEvents, writable: Callable[[], Awaitable[None]] | None = None) -> None:
         """Send every event to ``events`` from now on; ``writable`` gates the ack:auto acks
         (``abc.SessionChannel.listen``)."""
@@ -404,9 +419,12 @@ class AmqpSession:
         prefetch: int = 0,
         arguments: dict[str, Any] | None = None,
         stream_auto: bool = False,
+        auto_ack: bool = False,
     ) -> None:
         """Consume with ``prefetch`` (0: unlimited); an ack:auto (``no_ack``) consumer is acked
-        by the bridge within ``auto_ack_window`` instead.
+        by the bridge within ``auto_ack_window`` instead, unless ``auto_ack``: RabbitMQ
+        acknowledges itself (a shared subscription's queue, whose subscribers keep up or are
+        closed: ``session/fanout.py``).
 
         Except for a consume meant for a stream (``x-stream-…`` arguments) with no prefetch:
         RabbitMQ refuses that on a stream with a channel error, which the client must get as
@@ -418,7 +436,7 @@ class AmqpSession:
         together, one pair at a time (a session may add a consumer while it handles a frame).
         """
         self._check_exclusive(queue)
-        bridge_acks = no_ack and (stream_auto or prefetch > 0 or not (
+        bridge_acks = no_ack and not auto_ack and (stream_auto or prefetch > 0 or not (
             arguments and any(k.startswith("x-stream-") for k in arguments)))
         consuming = self._consuming
         if consuming is None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stomp_bridge.core import commands, resume, send, streams, subscribe
+from stomp_bridge.core import commands, fanout, resume, send, streams, subscribe
 from stomp_bridge.core.context import Context, Job, Steps, first_step
 from stomp_bridge.core.plans import Ack, SetTimer
 from stomp_bridge.core.state import CLOSED, LOGIN, OPEN, action
@@ -183,6 +183,10 @@ class StompCore(Context):
         if self.observer is not None:
             self.observer.delivered(sub, delivery_tag, headers, properties)
         self.deliver(headers, body, sub)
+
+    def fanned_out(self, consumer_tag: str, shared: hdr.SharedMessage) -> int:
+        """A delivery of a queue shared with other sessions (fan-out at the edge): ``fanout.delivered``."""
+        return fanout.delivered(self, consumer_tag, shared)
 
     def confirmed(self, tag: int, multiple: bool, nack: bool) -> None:
         """basic.ack / basic.nack of publish ``tag`` (and all before it if ``multiple``)."""

@@ -134,6 +134,17 @@ class Opened(NamedTuple):
     frame_max: int = FRAME_MAX_DEFAULT  # the largest AMQP frame RabbitMQ takes on this session's connection
 
 
+class JoinFanout(NamedTuple):  # -> None: the subscription takes its MESSAGEs from a shared queue
+    consumer_tag: str
+    exchange: str
+    routing_key: str
+    arguments: dict[str, Any] | None  # a headers exchange binding's
+
+
+class LeaveFanout(NamedTuple):  # -> None
+    consumer_tag: str
+
+
 class OpenPublisher(NamedTuple):  # -> None: the session's publishing channel is open (publishes wait for it)
     pass
 

@@ -49,6 +49,7 @@ class Rules:
     apollo_exclusive: bool = False
     resubscribe_on_cancel: bool = False
     resubscribe_timeout: float = 60.0
+    edge_fanout: bool = False
     # transactions
     max_transactions: int = 16
     max_transaction_actions: int = 1024

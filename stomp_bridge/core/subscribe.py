@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from stomp_bridge.core import resume as core_resume
-from stomp_bridge.core import streams
+from stomp_bridge.core import fanout, streams
 from stomp_bridge.core.context import Context, Steps, log
 from stomp_bridge.core.state import CLOSED
 from stomp_bridge.core.plans import (
-    Bind, Cancel, Consume, Declare, DeleteQueue, EndBrowse, Get, Peek, QueueExists,
+    Bind, Cancel, Consume, Declare, DeleteQueue, EndBrowse, Get, JoinFanout, LeaveFanout, Peek, QueueExists,
     ReleaseExclusive, Sleep, WaitWritable,
 )
 from stomp_bridge.core.subscriptions import Subscription, part_tag, window_tag
@@ -77,6 +77,9 @@ def subscribe(core: Context, frame: Frame) -> Steps:
                        window=window if composite is None else 0, arguments=arguments, position=position)
     if rules.resubscribe_on_cancel:
         sub.again = (targets, headers, prefetch)
+    if fanout.shareable(core, sub, destination, plans[0], headers, prefetch, composite is not None):
+        yield from subscribe_shared(core, sub, destination, plans[0], headers.get("receipt"))
+        return
     yield from subscribe_parts(core, sub, list(zip(targets, plans)), prefetch, headers.get("receipt"))
 
 
@@ -139,19 +142,59 @@ def subscribe_parts(
                 yield Bind(queue, *plan.binding, plan.binding_arguments)
         declared = None
     except StompError as exc:
-        for tag in registered:
-            core.subscriptions.pop(tag, None)
-        if declared is not None:  # rabbit_stomp_processor's maybe_clean_up_queue
-            core.discard_on_close.append(declared)
-        if isinstance(exc, BrokerError) and exc.message == "access_refused" and target is not None \
-                and target.kind == dest.TOPIC:
-            # The plugin checks topic read permission itself and quotes the refusal
-            # without the reply code RabbitMQ's bind refusal starts with.
-            exc.detail = exc.detail.removeprefix("ACCESS_REFUSED - ")
+        failed(core, exc, registered, declared, target)
         raise
     except GeneratorExit:
         for tag in registered:
             core.subscriptions.pop(tag, None)
+        raise
+    if receipt is not None:
+        core.queue_receipt(receipt, then=lambda: core.release_held(sub))
+
+
+def failed(core: Context, exc: StompError, registered: list[str], declared: str | None,
+           target: dest.Destination | None) -> None:
+    """A SUBSCRIBE failed: its consumer tags forgotten, the queue it declared for a topic or an
+    exchange deleted at the end (the plugin's maybe_clean_up_queue: the connection ends, the
+    ERROR goes first), a topic's refusal quoted as the plugin quotes it."""
+    for tag in registered:
+        core.subscriptions.pop(tag, None)
+    if declared is not None:
+        core.discard_on_close.append(declared)
+    if isinstance(exc, BrokerError) and exc.message == "access_refused" and target is not None \
+            and target.kind == dest.TOPIC:
+        # The plugin checks topic read permission itself and quotes the refusal
+        # without the reply code RabbitMQ's bind refusal starts with.
+        exc.detail = exc.detail.removeprefix("ACCESS_REFUSED - ")
+
+
+def subscribe_shared(core: Context, sub: Subscription, target: dest.Destination, plan: dest.SubscribePlan,
+                     receipt: str | None) -> Steps:
+    """A SUBSCRIBE that takes its MESSAGEs from a queue shared with the login's others (fan-out at
+    the edge, ``core/fanout.py``). RabbitMQ decides it as its own: the queue it would have had is
+    declared and bound (RabbitMQ's permissions, topic permissions and refusals, in the plugin's
+    order and words) and deleted again; then the subscription joins the shared one, and every
+    message routed after its RECEIPT reaches it."""
+    assert plan.declare is not None and plan.binding is not None
+    if receipt is not None:
+        sub.held = []
+    exchange, routing_key = plan.binding
+    probe = dest.QueueDeclare(plan.declare.queue, durable=False, auto_delete=True, exclusive=True, arguments={})
+    tag = sub.consumer_tag
+    declared = None
+    try:
+        declared = yield Declare(probe)
+        yield Bind(declared, exchange, routing_key, plan.binding_arguments)
+        yield DeleteQueue(declared)
+        declared = None
+        core.subscriptions[tag] = sub
+        sub.shared = True
+        yield JoinFanout(tag, exchange, routing_key, plan.binding_arguments)
+    except StompError as exc:
+        failed(core, exc, [tag], declared, target)
+        raise
+    except GeneratorExit:
+        core.subscriptions.pop(tag, None)
         raise
     if receipt is not None:
         core.queue_receipt(receipt, then=lambda: core.release_held(sub))
@@ -221,7 +264,9 @@ def unsubscribe(core: Context, frame: Frame) -> Steps:
             "UNSUBSCRIBE must refer to an existing subscription.\n"
             f"Subscription to {tp(hdr.describe_subscription(tag))} not found.\n",
         )
-    if sub.consuming:
+    if sub.shared:
+        yield LeaveFanout(tag)
+    elif sub.consuming:
         yield Cancel(tag)
     if sub.position is not None:  # named: the offset as far as it got, or (named again) forgotten
         if resume.NAME_HEADER in headers or features.durable_subscription_name(headers) is not None:

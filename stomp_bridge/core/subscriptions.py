@@ -54,6 +54,7 @@ class Subscription:
     again: tuple[list[dest.Destination], dict[str, str], int] | None = None
     resubscribing: bool = False  # a resubscribe runs (``subscribe.resubscribe``)
     watch_stream: bool = False  # its deliveries are looked at for a stream's (``core/streams.py``)
+    shared: bool = False  # its MESSAGEs come from a queue shared with others (``core/fanout.py``)
     # A named stream subscription's offsets (``core/resume.py``); None for every other one.
     position: StreamPosition | None = None
 

@@ -174,6 +174,38 @@ def serialize(frame: Frame, version: str = "1.2", end: bytes = END, vectored: bo
 def encode_frame(command: str, headers: dict[str, str], body: bytes, version: str = "1.2", end: bytes = END,
                  vectored: bool = False) -> bytes:
     """:func:`serialize` of a frame not made into a :class:`Frame` (a MESSAGE per delivery)."""
+    head = header_lines(command, headers, version)
+    trailer = f"content-length:{len(body)}\n\n" if body else "\n"
+    if vectored:  # (head, body, end): the body not copied; see VECTORED_BODY
+        return (f"{command}\n{head}{trailer}".encode(), body, end)  # type: ignore[return-value]
+    return b"".join((f"{command}\n{head}{trailer}".encode(), body, end))
+
+
+def message_parts(first: dict[str, str], rest: dict[str, str], body: bytes, version: str = "1.2",
+                  end: bytes = END) -> tuple[bytes, bytes]:
+    """``encode_frame("MESSAGE", {**first, **rest}, body, version, end)`` (``first`` and ``rest``
+    apart, naming no header twice) as two pieces, ``first``'s headers and then the rest: for one
+    delivery written to many subscribers (fan-out at the edge), whose MESSAGEs differ only in
+    their first headers (``subscription``, ``message-id``), the rest is encoded once."""
+    return message_head(first, version), message_tail(rest, body, version, end)
+
+
+def message_head(first: dict[str, str], version: str = "1.2") -> bytes:
+    """``message_parts``' first piece."""
+    return ("MESSAGE\n" + header_lines("MESSAGE", first, version)).encode()
+
+
+def message_tail(rest: dict[str, str], body: bytes, version: str = "1.2", end: bytes = END) -> bytes:
+    """``message_parts``' second piece."""
+    trailer = f"content-length:{len(body)}\n\n" if body else "\n"
+    return b"".join(((header_lines("MESSAGE", rest, version) + trailer).encode(), body, end))
+
+
+def header_lines(command: str, headers: dict[str, str], version: str) -> str:
+    """``headers`` as ``command``'s header lines for ``version``, each ended by an EOL: escaped
+    where the version escapes, without a header it cannot carry; ``content-length`` left out
+    (``encode_frame`` writes the body's own). Header lines are independent of each other, so
+    the lines of two dicts are the lines of the two together."""
     if version == "1.2" and command not in UNESCAPED_COMMANDS:
         table: dict[int, str] | None = _ESCAPE_12
         name_special = value_special = _SPECIAL
@@ -205,7 +237,4 @@ def encode_frame(command: str, headers: dict[str, str], body: bytes, version: st
         head = "\n".join(map(":".join, headers.items()))
     if head:
         head += "\n"
-    trailer = f"content-length:{len(body)}\n\n" if body else "\n"
-    if vectored:  # (head, body, end): the body not copied; see VECTORED_BODY
-        return (f"{command}\n{head}{trailer}".encode(), body, end)  # type: ignore[return-value]
-    return b"".join((f"{command}\n{head}{trailer}".encode(), body, end))
+    return head

@@ -19,6 +19,7 @@ from typing import Any, Mapping
 from stomp_bridge.protocol.arguments import integer_header as _integer
 from stomp_bridge.protocol.destinations import DEST_PREFIXES, REPLY_QUEUE_PREFIX, base64url, message_destination
 from stomp_bridge.protocol.errors import FrameRejected, processing_error
+from stomp_bridge.protocol.frames import message_tail
 from stomp_bridge.protocol.integers import NONE, parse_int
 from stomp_bridge.protocol.scheduled import EXCHANGE_HEADER, drop_internal
 
@@ -241,6 +242,42 @@ def message_headers(
         elif kind is bytes:
             out[name] = value.decode("utf-8", "replace")
     return out
+
+
+class SharedMessage:
+    """One delivery for the MESSAGEs of many subscribers (fan-out at the edge): what
+    :func:`message_headers` gives every one of them alike, encoded once per STOMP version
+    (``tail``), and what differs (``first``: ``subscription`` and ``message-id``; the
+    ``destination`` between them is common but comes second in the plugin's order). A table
+    entry named like one of the first three is left out, as ``message_headers`` leaves it out
+    for a subscription with an id (the first value wins)."""
+
+    __slots__ = ("delivery_tag", "destination", "headers", "properties", "body", "end", "_tails")
+
+    def __init__(self, delivery_tag: int, redelivered: bool, exchange: str, routing_key: str,
+                 properties: Mapping[str, Any], body: bytes, end: bytes) -> None:
+        headers = message_headers(INTERNAL_TAG_PREFIX, "", delivery_tag, exchange, routing_key, redelivered,
+                                  properties)
+        del headers["subscription"], headers["message-id"]
+        self.delivery_tag = delivery_tag
+        self.destination = headers.pop("destination")
+        self.headers = headers  # redelivered, then the table and the properties
+        self.properties = properties
+        self.body = body
+        self.end = end
+        self._tails: dict[str, bytes] = {}
+
+    def first(self, consumer_tag: str, session_id: str) -> dict[str, str]:
+        """The headers of one subscriber's MESSAGE that come before the common ones."""
+        return {"subscription": consumer_tag[_TAG_PREFIX_LENGTH:], "destination": self.destination,
+                "message-id": f"{consumer_tag}@@{session_id}@@{self.delivery_tag}"}
+
+    def tail(self, version: str) -> bytes:
+        """The common rest of the MESSAGE for ``version`` (ValueError: it cannot carry a header)."""
+        tail = self._tails.get(version)
+        if tail is None:
+            tail = self._tails[version] = message_tail(self.headers, self.body, version, self.end)
+        return tail
 
 
 # -- message-id, consumer tags, ack modes -------------------------------------------------

@@ -29,6 +29,7 @@ from stomp_bridge.core.context import Job, first_step
 from stomp_bridge.core.machine import FAIR_SHARE, StompCore
 from stomp_bridge.core.plans import (
     Ack, Bind, Cancel, Consume, Declare, DeclareExchange, DeleteQueue, Disconnect, EndBrowse, Flush, Get, IsStream,
+    JoinFanout, LeaveFanout,
     OpenAmqp, Opened, OpenPublisher, Peek, Publish, QueueExists, ReceiptsSent, ReleaseExclusive, ResolveSecurity,
     SetTimer, Settled, Sleep, UpdateSecret, WaitWritable,
 )
@@ -41,6 +42,8 @@ from stomp_bridge.protocol.frames import Frame
 from stomp_bridge.session.login_turn import login_turn
 
 if TYPE_CHECKING:
+    from stomp_bridge.protocol.headers import SharedMessage
+    from stomp_bridge.session.fanout import FanoutHub, Group
     from stomp_bridge.session.throttle import LoginThrottle
     from stomp_bridge.session.tracing import Tracing
     from stomp_bridge.swaptacular.certlogin import AmqpLogin, ConnectSecurity
@@ -78,7 +81,7 @@ class Session:
     __slots__ = (
         "core", "amqp", "pool", "counters", "_open_timeout", "_write", "_writable", "_wait_writable",
         "_on_open", "_security", "_peer_cert", "_throttle", "_tasks", "_timers", "_tracer", "_pending",
-        "_clock", "_open_channel", "_share", "_runners",
+        "_clock", "_open_channel", "_share", "_runners", "_hub", "_backlog", "_shared",
     )
 
     def __init__(
@@ -104,6 +107,8 @@ class Session:
         open_channel: Callable[..., Awaitable[SessionChannel]] = AmqpSession.open,
         core: StompCore | None = None,
         runners: dict[type, Callable[[Session, Any], Awaitable[Any]]] | None = None,
+        hub: FanoutHub | None = None,
+        backlog: Callable[[], int] = lambda: 0,
     ) -> None:
         """``timers``, ``open_channel``, ``core`` and ``runners`` (the table plans run through,
         :data:`RUNNERS`) are where a test stands in for time, RabbitMQ and the plans' outcomes
@@ -136,6 +141,9 @@ class Session:
         self._pending: Any = None  # receive_now's job for receive() to run (or YIELD)
         self._share = 0  # frames receive() handled since it last gave the event loop back
         self._runners = RUNNERS if runners is None else runners
+        self._hub = hub  # the bridge's shared subscriptions (edge_fanout), or None
+        self._backlog = backlog  # bytes written to the client's socket that it has not taken
+        self._shared: dict[str, Group] | None = None  # this session's shared subscriptions' groups
         # OpenTelemetry spans (the tracing setting): the core tells the tracer what happens
         self._tracer = None if tracing is None else tracing.connection(self.core.peer_name)
         self.core.observer = self._tracer
@@ -252,6 +260,30 @@ class Session:
         """The core queued a frame for the client outside the loops that write (a timer's, a
         task's): written in the event loop's next pass, with whatever joins it."""
         asyncio.get_running_loop().call_soon(self.flush_out)
+
+    # -- shared subscriptions (session/fanout.py) ------------------------------------------------
+
+    @property
+    def frame_end(self) -> bytes:
+        return self.core.eol
+
+    def fanned_out(self, consumer_tag: str, shared: SharedMessage) -> int:
+        """A shared delivery for one of this session's subscriptions: the bytes queued (written at
+        the end of the group's read: ``flush_out``)."""
+        return self.core.fanned_out(consumer_tag, shared)
+
+    def joined(self, group: Group, consumer_tag: str) -> None:
+        if self._shared is None:
+            self._shared = {}
+        self._shared[consumer_tag] = group
+
+    def backlog(self) -> int:
+        return self._backlog()
+
+    def cancelled(self, consumer_tag: str) -> None:
+        """RabbitMQ cancelled the consumer of subscription ``consumer_tag`` (its own, or its group's)."""
+        self._cancelled(consumer_tag)
+        self.flush_out()
 
     def send_heartbeat(self) -> None:
         """A heart-beat EOL, written now (in order behind any frame queued)."""
@@ -438,6 +470,9 @@ class Session:
     async def close(self) -> None:
         """Release everything the connection holds; idempotent."""
         self.core.close()
+        shared, self._shared = self._shared, None
+        for tag, group in (shared or {}).items():
+            group.leave(self, tag)
         self.core.parser.clear()  # a frame in progress, freed now rather than by the garbage collector
         if self._tracer is not None:
             self._tracer.close()
@@ -539,6 +574,16 @@ class Session:
     async def _open_publisher(self, plan: OpenPublisher) -> None:
         await self._to_amqp_opening()
 
+    async def _join_fanout(self, plan: JoinFanout) -> None:
+        if self._hub is None:
+            raise BrokerError("Processing error", "Processing error", private="a shared subscription without a hub")
+        await self._hub.join(self, plan.consumer_tag, plan.exchange, plan.routing_key, plan.arguments)
+
+    async def _leave_fanout(self, plan: LeaveFanout) -> None:
+        group = self._shared.pop(plan.consumer_tag, None) if self._shared is not None else None
+        if group is not None:
+            group.leave(self, plan.consumer_tag)
+
 
 def _open_publisher() -> Any:
     """A job of the session's own: its publishing channel, for a publish that waits for it."""
@@ -630,6 +675,8 @@ RUNNERS: dict[type, Callable[[Session, Any], Awaitable[Any]]] = {
     ResolveSecurity: Session._resolve_security,
     OpenAmqp: Session._open_amqp,
     OpenPublisher: Session._open_publisher,
+    JoinFanout: Session._join_fanout,
+    LeaveFanout: Session._leave_fanout,
     SetTimer: Session._set_timer,
     Sleep: Session._sleep,
     WaitWritable: Session._wait,

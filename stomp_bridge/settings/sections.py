@@ -279,6 +279,22 @@ class FlowSettings(Section):
         "them all unacknowledged and keeps reading (the plugin's unlimited prefetch), none while "
         "it does not read: what a stalled client costs stays bounded.",
     )
+    edge_fanout: bool = Field(
+        False,
+        description="Fan-out at the edge: ack:auto SUBSCRIBEs of one login to the same /topic/ or "
+        "/exchange/ binding (non-durable, no x- arguments, no prefetch) share one AMQP queue and "
+        "consumer, and the bridge copies each delivery to every subscriber, so RabbitMQ routes one "
+        "copy per bridge, not per subscriber. RabbitMQ still checks each SUBSCRIBE (its queue is "
+        "declared, bound and deleted again). A subscriber that does not keep up is closed past "
+        "fanout_subscriber_buffer (docs/how-it-maps.md, Fan-out at the edge).",
+    )
+    fanout_subscriber_buffer: int = Field(
+        4 * 1024 * 1024,
+        ge=64 * 1024,
+        description="Bytes of shared deliveries queued for one fan-out subscriber that does not take "
+        "them; past it the subscriber gets ERROR `Slow subscriber` and is closed, so that it slows "
+        "no one else (stomp_bridge_fanout_slow_subscribers_total).",
+    )
 
 
 class HeartbeatSettings(Section):

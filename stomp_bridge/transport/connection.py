@@ -31,6 +31,7 @@ from stomp_bridge.metrics import Counters
 from stomp_bridge.protocol.errors import ProtocolError, StompError
 from stomp_bridge.protocol.frames import flatten
 from stomp_bridge.session.session import Session
+from stomp_bridge.session.fanout import FanoutHub
 from stomp_bridge.session.throttle import LoginThrottle
 from stomp_bridge.session.tracing import Tracing
 from stomp_bridge.settings import Settings
@@ -102,6 +103,7 @@ class Link(Protocol):
     def pause_reading(self) -> None: ...
     async def drain(self) -> None: ...  # until below the low-water mark; at once once closing
     def writable(self) -> bool: ...  # below the high-water mark now (no waiting)
+    def write_buffer_size(self) -> int: ...  # bytes sent that the client has not taken yet
 
 
 class Receiver(Protocol):
@@ -376,6 +378,10 @@ class TcpLink(asyncio.Protocol):
     def writable(self) -> bool:
         return self.transport is not None and self.transport.get_write_buffer_size() <= self._high
 
+    def write_buffer_size(self) -> int:
+        transport = self.transport
+        return 0 if transport is None else transport.get_write_buffer_size()
+
     async def drain(self) -> None:
         if self.is_closing():
             if self._error is not None:
@@ -465,6 +471,7 @@ class Connection:
         security: ConnectSecurity | None = None,
         throttle: LoginThrottle | None = None,
         tracing: Tracing | None = None,
+        fanout: FanoutHub | None = None,
     ) -> None:
         self.counters = counters
         self._initial = initial  # client bytes that arrived with a PROXY protocol header
@@ -509,6 +516,8 @@ class Connection:
             security=security,
             throttle=throttle,
             tracing=tracing,
+            hub=fanout,
+            backlog=link.write_buffer_size,
         )
         if isinstance(link, TcpLink):
             link.receiver = self.session  # a large body is read straight into its buffer

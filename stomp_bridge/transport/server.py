@@ -29,6 +29,7 @@ from stomp_bridge.protocol.frames import END, END_LF, encode_frame
 from stomp_bridge.protocol.proxy import (
     ProxyHeaderParser, ProxyInfo, ProxyProtocolError, ProxyTrust, UntrustedProxy,
 )
+from stomp_bridge.session.fanout import FanoutHub
 from stomp_bridge.session.throttle import LoginThrottle
 from stomp_bridge.session.tracing import Tracing
 from stomp_bridge.settings import Settings, mask_url
@@ -84,6 +85,8 @@ class BridgeServer:
         self.metrics = Metrics(self._live)
         self.counters = self.metrics.counters
         self.pool.on_broker_close = self._amqp_closed_by_rabbitmq
+        # Fan-out at the edge (edge_fanout): the shared subscriptions of every session here
+        self.fanout = FanoutHub(self.counters, self.flow.fanout_subscriber_buffer) if self.flow.edge_fanout else None
         # OpenTelemetry spans (tracing=true): OTLP from the settings, or the caller's provider
         # (a test's in-memory exporter); None when off. Without OpenTelemetry: TracingUnavailable.
         self.tracing = Tracing.start(settings.telemetry, tracer_provider)
@@ -422,7 +425,7 @@ class BridgeServer:
         connection = Connection(
             link, self.settings, self.rules, self.counters, self.pool, peer=peer, initial=initial,
             credentials=credentials, peer_cert=peer_cert, security=security or self.security,
-            throttle=self.throttle, tracing=self.tracing,
+            throttle=self.throttle, tracing=self.tracing, fanout=self.fanout,
         )
         self.counters.connections_opened += 1
         if ip is not None:

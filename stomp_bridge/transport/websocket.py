@@ -369,6 +369,10 @@ class WebSocketLink(asyncio.Protocol):
     def writable(self) -> bool:
         return self._writable is None
 
+    def write_buffer_size(self) -> int:
+        transport = self.transport
+        return 0 if transport is None else transport.get_write_buffer_size()
+
     # -- internals -----------------------------------------------------------------------
 
     def _push(self, payload: bytes) -> None:

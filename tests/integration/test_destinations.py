@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import queue
 import time
 import urllib.error
@@ -89,7 +90,8 @@ def test_topic_fans_out_to_every_subscriber(client, rabbit, unique):
     a.subscribe(f"/topic/t.{unique}")
     b.subscribe(f"/topic/t.{unique}")
     created = _stomp_queues(rabbit) - before
-    assert len(created) == 2
+    # one queue each, as the plugin's; with fan-out at the edge, one the two share
+    assert len(created) == (1 if os.environ.get("STOMP_BRIDGE_TEST_FANOUT") == "1" else 2)
     for name in created:
         assert name.startswith("stomp-subscription-")
         q = rabbit.queue(name)

@@ -9,9 +9,12 @@ from hypothesis import strategies as st
 from stomp_bridge.protocol import frames
 from stomp_bridge.protocol.frames import (
     CLIENT_COMMANDS,
+    END,
+    END_LF,
     SERVER_COMMANDS,
     UNESCAPED_COMMANDS,
     Frame,
+    encode_frame,
     receipt_frame,
     serialize,
 )
@@ -278,3 +281,23 @@ def test_a_vectored_frame_is_the_same_bytes_with_its_body_not_copied(version, en
     assert [type(p) for p in pieces] == [bytes, bytearray, bytes, bytearray, bytes]
     assert b"".join(pieces) == joined(frames) == frames[0] + (head + body + end) * 2 + b"\n"
     assert joined([b"a", b"b"]) == b"ab"
+
+
+_texts = st.text(st.characters(blacklist_categories=("Cs",)), max_size=10)
+
+
+@given(st.dictionaries(_texts, _texts, max_size=5), st.dictionaries(_texts, _texts, max_size=5),
+       st.binary(max_size=30), st.sampled_from(["1.0", "1.1", "1.2"]), st.sampled_from([END, END_LF]))
+def test_a_message_in_two_parts_is_the_message_in_one(first, rest, body, version, end):
+    """Fan-out at the edge writes a MESSAGE as its first headers and a rest encoded once: the same
+    bytes as the frame encoded whole, or the same refusal (a CR 1.1 cannot escape)."""
+    from stomp_bridge.protocol.frames import message_parts
+
+    rest = {k: v for k, v in rest.items() if k not in first}
+    try:
+        whole = encode_frame("MESSAGE", {**first, **rest}, body, version, end)
+    except ValueError:
+        with pytest.raises(ValueError):
+            message_parts(first, rest, body, version, end)
+        return
+    assert b"".join(message_parts(first, rest, body, version, end)) == whole

@@ -427,6 +427,36 @@ def test_a_messages_subscription_header_is_tag_names_answer(tag, delivery_tag):
         assert out.get("subscription") == expected
 
 
+_table = st.dictionaries(
+    st.sampled_from(["subscription", "destination", "message-id", "redelivered", "content-length", "x", "k\\n:"]),
+    st.one_of(st.text(max_size=8), st.integers(-5, 5)), max_size=5)
+
+
+@given(st.text(max_size=12), st.integers(1, 2**40), st.booleans(), st.sampled_from(["", "amq.topic", "x"]),
+       st.text(max_size=8), _table, st.sampled_from([None, 1, 2]), st.binary(max_size=20),
+       st.sampled_from(["1.0", "1.1", "1.2"]))
+def test_a_shared_delivery_makes_each_subscribers_message_as_its_own_delivery_would(
+        sub_id, tag, redelivered, exchange, key, table, mode, body, version):
+    """Fan-out at the edge: one delivery's common part encoded once, each subscriber's own first
+    headers before it, is byte for byte the MESSAGE message_headers and encode_frame make."""
+    from stomp_bridge.protocol import headers as hdr
+    from stomp_bridge.protocol.frames import END_LF, encode_frame, message_head
+
+    props = {"headers": table}
+    if mode is not None:
+        props["delivery_mode"] = mode
+    consumer_tag = hdr.INTERNAL_TAG_PREFIX + sub_id
+    shared = hdr.SharedMessage(tag, redelivered, exchange, key, props, body, END_LF)
+    whole_headers = hdr.message_headers(consumer_tag, "session-1", tag, exchange, key, redelivered, props)
+    try:
+        whole = encode_frame("MESSAGE", whole_headers, body, version, END_LF)
+    except ValueError:
+        with pytest.raises(ValueError):
+            message_head(shared.first(consumer_tag, "session-1"), version) + shared.tail(version)
+        return
+    assert message_head(shared.first(consumer_tag, "session-1"), version) + shared.tail(version) == whole
+
+
 def test_a_scheduled_messages_level_headers_stay_out_of_its_message():
     """The delay levels route by stomp-bridge-delay-<k>, -exchange and -unroutable; a MESSAGE
     shows _AMQ_SCHED_DELIVERY and RabbitMQ's x-first-death-* but not those."""

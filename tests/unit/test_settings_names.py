@@ -31,7 +31,7 @@ SAMPLE: dict[str, object] = {
     "max_frame_size": 2097152, "max_frame_size_before_login": 32768, "max_headers": 50,
     "max_header_length": 4096, "max_transactions": 4, "max_transaction_actions": 64, "max_transaction_bytes": 8388608,
     "max_subscriptions": 100, "write_buffer_high": 65536, "close_timeout": 2.0, "login_failures_per_minute": 3,
-    "client_ack_window": 100, "workers": 2, "max_connections": 500, "max_connections_per_ip": 20,
+    "client_ack_window": 100, "edge_fanout": True, "fanout_subscriber_buffer": 1048576, "workers": 2, "max_connections": 500, "max_connections_per_ip": 20,
     "idle_timeout": 30.0, "proxy_protocol": True, "proxy_protocol_trusted": ["10.0.0.0/8"],
     "ws_port": 15000, "ws_host": "127.0.0.3", "ws_path": "/stomp", "ws_max_message_size": 131072,
     "ws_compression": False, "ws_allowed_origins": ["https://app.example.com"], "ws_use_http_auth": True,
