@@ -7,7 +7,7 @@ with more neighbours than ``amqp_min_connections_per_login`` so that the attacke
 connection a neighbour uses. The neighbours are well-formed sessions of the same login, each
 subscribed to a queue of its own (ack:auto, client-individual, a topic) and doing round trips through
 RabbitMQ all the time. One more session of the same login, the attacker, runs one case after another:
-a crafted frame sequence (issue 39's table, the refusals in /work/notes/hard-errors.md) or a random one
+a crafted frame sequence (issue 39's table, the refusals python -m reliability.hard_errors found reachable, SECURITY.md) or a random one
 drawn from every command, every header the bridge reads and every destination kind, against a stream,
 a quorum and a classic queue made beforehand with messages in them.
 
@@ -103,7 +103,7 @@ def stream_subscribe(dest: str, sub_id: str, ack: str, *, name: str | None = Non
 
 
 def crafted() -> list[Case]:
-    """Issue 39's 22 sequences, then what /work/notes/hard-errors.md found reachable."""
+    """Issue 39's 22 sequences, then what reliability.hard_errors found reachable (SECURITY.md)."""
     cases: list[Case] = []
 
     # group 1 (12): NACK on a stream subscription (540 on 3.10)

@@ -8,7 +8,7 @@ sequence of AMQP methods the bridge could send on a client's behalf, then asks t
 harmless question (a passive declare). It reports what RabbitMQ did: ``ok``, ``channel`` (a
 channel.close: only that channel, so only one STOMP session, ends) or ``connection`` (a
 connection.close: every session sharing the connection ends), with the reply code and text.
-/work/notes/hard-errors.md (and SECURITY.md) say which of these a STOMP frame can reach.
+SECURITY.md says which of these a STOMP frame can reach.
 """
 
 from __future__ import annotations

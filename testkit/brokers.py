@@ -9,6 +9,9 @@ when Docker is running.
 - ``4.3`` (the default) and ``4.0``: RabbitMQ 4.x in a chroot built from Debian's packages by
   ``scripts/rabbitmq4`` (cached; started here when it does not answer), on ports whose last two
   digits are the version's (AMQP 5643, management 15643, STOMP 61643, web-stomp 15743, ...).
+- ``4.4``: RabbitMQ 4.4's native STOMP as a preview (its plugins from RabbitMQ's main branch
+  compiled onto 4.3.6 by ``scripts/rabbitmq4``; the node reports 4.3.6), on ports 5644, 15644,
+  61644, 15744, 5544.
 - ``system``: the machine's own RabbitMQ (Debian 12's 3.10.8) on the standard ports, set up by
   ``scripts/ensure-rabbitmq``.
 
@@ -33,14 +36,14 @@ from testkit.ports import port_open
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "rabbitmq4"
-VERSIONS = ("4.3", "4.0", "system", "docker")
+VERSIONS = ("4.3", "4.4", "4.0", "system", "docker")
 
 
 @dataclass(frozen=True)
 class LocalBroker:
     """One of the brokers the project's scripts run on this machine."""
 
-    name: str  # "4.3", "4.0" or "system"
+    name: str  # "4.3", "4.4", "4.0" or "system"
     amqp_port: int
     api_port: int
     stomp_port: int  # the native STOMP plugin, for the differential tests
@@ -81,7 +84,7 @@ class LocalBroker:
             raise RuntimeError(
                 f"RabbitMQ {self.name} could not be started: {(done.stderr or done.stdout).strip()[-2000:]}\n"
                 f"Start it by hand with `{_how_to_start(self.name)}`, pick another with "
-                "STOMP_BRIDGE_TEST_BROKER=4.3|4.0|system, or point STOMP_BRIDGE_TEST_AMQP_URL at one."
+                "STOMP_BRIDGE_TEST_BROKER=4.3|4.4|4.0|system, or point STOMP_BRIDGE_TEST_AMQP_URL at one."
             )
 
 
@@ -159,7 +162,7 @@ def _how_to_start(name: str) -> str:
 def local(name: str) -> LocalBroker:
     if name == "system":
         return LocalBroker("system", 5672, 15672, 61613, 15674, 5552)
-    if name in ("4.3", "4.0"):
+    if name in ("4.3", "4.4", "4.0"):
         vv = name.replace(".", "")
         return LocalBroker(name, int(f"56{vv}"), int(f"156{vv}"), int(f"616{vv}"), int(f"157{vv}"),
                            int(f"55{vv}"))

@@ -67,8 +67,9 @@ ALLOWED: list[tuple[str, str]] = [
     (r"\.venv/bin/python -m bench(\.tracing)? .*",
      "a benchmark: minutes of load whose figures go in notes, never in assertions; "
      "tests/integration/test_bench.py runs a short one end to end"),
-    (r"\.venv/bin/python -m reliability .*",
-     "the reliability harness runs for minutes to hours; reliability/tests runs a short version of each part"),
+    (r"\.venv/bin/python -m reliability(\.hard_errors)? .*",
+     "the reliability harness runs for minutes to hours, hard_errors a minute against each broker; "
+     "reliability/tests runs a short version of each part"),
     (r"pip install 'stomp-bridge\[spark\]'",
      "installs from a package index; scripts/ensure-venv installs the spark extra from this checkout"),
     (r"python examples/spark/(bulk_load|windowed_aggregation)\.py .*",
