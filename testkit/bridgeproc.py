@@ -42,14 +42,16 @@ class _ErrorCounter(logging.Handler):
 
 
 async def _serve(stats_path: str) -> None:
-    from stomp_bridge.transport.server import BridgeServer
+    from stomp_bridge.processes import tune_gc
     from stomp_bridge.settings import Settings
+    from stomp_bridge.transport.server import BridgeServer
 
     settings = Settings()
     server = BridgeServer(settings)
     errors = _ErrorCounter()
     logging.getLogger().addHandler(errors)
     await server.start()
+    tune_gc()  # as stomp-bridge's own process does once it listens: the same collector to measure
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)

@@ -29,6 +29,7 @@ import secrets
 from typing import TYPE_CHECKING, Any, Protocol
 
 from stomp_bridge.amqp.abc import SessionChannel
+from stomp_bridge.amqp.errors import describe
 from stomp_bridge.metrics import Counters
 from stomp_bridge.protocol import destinations as dest
 from stomp_bridge.protocol.errors import ProtocolError, StompError
@@ -92,7 +93,7 @@ class Group:
             await channel.consume(self.queue, CONSUMER_TAG, no_ack=True, auto_ack=True)
         except BaseException as exc:
             self.ready.set_exception(exc if isinstance(exc, StompError) else StompError(
-                "Processing error", "Processing error", private=repr(exc)))
+                "Processing error", "Processing error", private=f"{type(exc).__name__}: {describe(exc)}"))
             self.hub.forget(self)
             await self._close_channel()
             raise

@@ -25,6 +25,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
+from stomp_bridge.amqp.errors import describe
 from stomp_bridge.amqp.pool import AmqpPool
 from stomp_bridge.core.rules import Rules
 from stomp_bridge.metrics import Counters
@@ -555,7 +556,8 @@ class Connection:
             session.fail(exc)
         except Exception as exc:  # noqa: BLE001 - a client's bytes must never kill the bridge
             log.exception("unexpected error handling a STOMP connection")
-            session.fail(StompError("Processing error", "Processing error", private=repr(exc)))
+            session.fail(StompError("Processing error", "Processing error",
+                                    private=f"{type(exc).__name__}: {describe(exc)}"))
         return True
 
     async def _until_taken(self) -> None:
@@ -644,7 +646,8 @@ class Connection:
             pass
         except Exception as exc:  # noqa: BLE001 - a client's bytes must never kill the bridge
             log.exception("unexpected error handling a STOMP connection")
-            session.fail(StompError("Processing error", "Processing error", private=repr(exc)))
+            session.fail(StompError("Processing error", "Processing error",
+                                    private=f"{type(exc).__name__}: {describe(exc)}"))
         finally:
             self._close()
             await session.close()
