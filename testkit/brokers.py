@@ -178,6 +178,19 @@ def selected() -> LocalBroker | None:
     return local(name)
 
 
+def native_stomp() -> bool:
+    """Whether the selected broker's STOMP plugin is RabbitMQ 4.4's native one (the preview, which
+    reports 4.3.6: its version cannot tell). The bridge the tests start is then set to follow it
+    (``rabbitmq_stomp_dialect = "4.4"``), and the tests expect 4.4's frames of both targets."""
+    broker = selected()
+    return broker is not None and broker.name == "4.4"
+
+
+def stomp_dialect_setting() -> str:
+    """The ``rabbitmq_stomp_dialect`` of the bridges the tests start."""
+    return "4.4" if native_stomp() else "auto"
+
+
 class RabbitCtlError(RuntimeError):
     pass
 

@@ -12,6 +12,7 @@ from stomp_bridge.core import login, resume, streams
 from stomp_bridge.core.acks import ack_target
 from stomp_bridge.core.context import Context, Steps, log
 from stomp_bridge.core.state import OPEN, move
+from stomp_bridge.core.rules import native_stomp
 from stomp_bridge.core.plans import (
     Ack, Disconnect, Flush, Nack, OpenAmqp, Opened, ReceiptsSent, ResolveSecurity, SetTimer,
 )
@@ -70,6 +71,7 @@ def logged_in(core: Context, opened: Opened, user: str, version: str, heartbeat:
     rules = core.rules
     core.state = move(core.state, "logged_in")
     core.user, core.vhost = user, opened.vhost
+    core.native_stomp = native_stomp(rules.rabbitmq_stomp_dialect, opened.dialect.version)
     core.dest_rules = dest.DestinationRules(
         rules.default_topic_exchange, opened.dialect, rules.headers_bindings, opened.vhost)
     core.frame_max = opened.frame_max

@@ -113,7 +113,7 @@ class Context:
         "client_id", "policy", "token_login", "token_subject", "discard_on_close", "ledger", "mandatory", "refused",
         "settling", "close_reason", "close_detail", "out", "wakeup", "on_open", "on_close", "to_amqp", "jobs", "scheduled_exchanges",
         "observer", "frame_max", "stream_queues", "stream_consumers", "logging_in",
-        "frames_handled",
+        "frames_handled", "native_stomp",
     )
 
     def __init__(
@@ -142,6 +142,8 @@ class Context:
         self.state = LOGIN  # state.py
         self.logging_in = False  # a CONNECT arrived: connect_timeout no longer applies
         self.frames_handled = 0  # client frames so far (the driver's fair share counts them)
+        # Behave as RabbitMQ 4.4's native STOMP plugin, not 4.3's (rules.native_stomp, at login)
+        self.native_stomp = False
         self.version = "1.2"  # escaping for frames before negotiation
         self.session_id = ""
         self.user = ""
