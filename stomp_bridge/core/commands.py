@@ -22,7 +22,9 @@ from stomp_bridge.protocol import destinations as dest
 from stomp_bridge.protocol import features
 from stomp_bridge.protocol import headers as hdr
 from stomp_bridge.protocol.connect import negotiate_version
-from stomp_bridge.protocol.errors import FrameRejected, ProtocolError, StompError, tp
+from stomp_bridge.protocol.errors import (
+    FrameRejected, MessageNotFound, ProtocolError, StompError, UnknownDelivery, tp,
+)
 from stomp_bridge.protocol.frames import Frame
 from stomp_bridge.protocol.parser import Limits
 
@@ -133,7 +135,12 @@ def settle(core: Context, frame: Frame, command: str) -> Ack | Nack:
     if consumer_tag not in core.subscriptions:
         value = frame.headers[hdr.ack_header_name(core.version)]
         raise FrameRejected("Subscription not found", f"Message with id {tp(value)} has no subscription")
-    multiple = core.unacked.settle(consumer_tag, delivery_tag)
+    try:
+        multiple = core.unacked.settle(consumer_tag, delivery_tag)
+    except UnknownDelivery:
+        if core.native_stomp:  # 4.4's native plugin: its own ERROR, and the connection stays
+            raise MessageNotFound(delivery_tag) from None
+        raise  # 4.3's: the RECEIPT, then RabbitMQ's channel error (Context.answer)
     if core.observer is not None:
         core.observer.settled(delivery_tag, multiple, command)
     if command == "ACK":
@@ -172,6 +179,9 @@ def commit(core: Context, frame: Frame) -> Steps:
                 if core.unacked.moved:
                     resume.settled(core)
         except StompError as exc:
+            if exc.receipt_first:  # RabbitMQ closes the channel: nothing after it runs
+                core.answer(exc, frame)  # the COMMIT's RECEIPT, then the ERROR (4.3, verified)
+                return
             core.answer(exc, action)
             if core.state is not OPEN:
                 return

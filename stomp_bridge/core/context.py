@@ -27,7 +27,7 @@ from stomp_bridge.core.observer import Observer
 from stomp_bridge.core.plans import Publish
 from stomp_bridge.core.receipts import NOTHING_HELD, ReceiptLedger
 from stomp_bridge.core.rules import Rules
-from stomp_bridge.core.state import CLOSED, LOGIN, move
+from stomp_bridge.core.state import CLOSED, LOGIN, OPEN, move
 from stomp_bridge.core.subscriptions import Subscription
 from stomp_bridge.core.transactions import Transactions
 from stomp_bridge.protocol import destinations as dest
@@ -336,9 +336,23 @@ class Context:
             exc.receipt_id = frame.headers.get("receipt")
         if self.observer is not None:
             self.observer.failed(frame, exc)
+        if exc.receipt_first:
+            self.fail_after_receipt(exc, frame)
+            return
         if exc.preceded_by is not None:
             self.fail(exc.preceded_by, close=False)
         self.fail(exc, close=exc.fatal or self.rules.close_on_error)
+
+    def fail_after_receipt(self, error: StompError, frame: Frame) -> None:
+        """The frame's RECEIPT (if it asked for one), then ``error`` and the end: the plugin
+        answered the frame before RabbitMQ closed its channel. Nothing more is read meanwhile."""
+        receipt = frame.headers.get("receipt")
+        if receipt is None or self.state is CLOSED:
+            self.fail(error)
+            return
+        if self.state is OPEN:
+            self.state = move(self.state, "refused")  # reads no more frames
+        self.queue_receipt(receipt, lambda: self.fail(error))
 
     def fail(self, error: StompError, *, close: bool = True) -> None:
         """The one place an error becomes an ERROR frame; the connection then ends unless

@@ -28,6 +28,9 @@ class StompError(Exception):
 
     fatal = True
     receipted = True  # answering a frame, it carries the frame's receipt as ``receipt-id``
+    # the failed frame's RECEIPT goes first, then this ERROR (without receipt-id): RabbitMQ closed
+    # the plugin's channel over what the frame asked, after the plugin had answered it
+    receipt_first = False
     preceded_by: StompError | None = None  # an ERROR written just before this one (kept open)
 
     def __init__(
@@ -77,6 +80,31 @@ class AccessRefused(StompError):
 
 class BrokerError(StompError):
     """RabbitMQ closed a channel or connection; ``message`` quotes its reason."""
+
+
+class UnknownDelivery(BrokerError):
+    """An ACK or NACK of a delivery tag the channel does not hold (never delivered, ack:auto,
+    already settled): what RabbitMQ 4.3 and older answer. The plugin passes the ACK on to its
+    channel and answers the frame (its RECEIPT); RabbitMQ then closes the channel, and the
+    ERROR follows, without receipt-id (3.10.8, 4.0.5, 4.3.6: verified)."""
+
+    receipted = False
+    receipt_first = True
+
+    def __init__(self, delivery_tag: int) -> None:
+        super().__init__("precondition_failed", f"PRECONDITION_FAILED - unknown delivery tag {delivery_tag}")
+        self.delivery_tag = delivery_tag
+
+
+class MessageNotFound(FrameRejected):
+    """The same ACK or NACK in front of RabbitMQ 4.4's native plugin: its own ERROR, without
+    receipt-id and without a RECEIPT, and the connection stays (rabbit_stomp_processor's
+    unknown_delivery_tag_error/2)."""
+
+    receipted = False
+
+    def __init__(self, delivery_tag: int) -> None:
+        super().__init__("Message not found", f"unknown delivery tag {delivery_tag}\n")
 
 
 def error_headers(error: StompError) -> dict[str, str]:

@@ -8,6 +8,8 @@ from pydantic import ValidationError
 
 from stomp_bridge.core.rules import native_stomp
 from stomp_bridge.settings import Settings
+from stomp_bridge.core import plans as p
+from stomp_bridge.core.state import CLOSED, OPEN
 from testkit.core import Harness
 
 
@@ -39,3 +41,85 @@ def test_a_connection_takes_its_dialect_when_rabbitmq_took_the_login(dialect, br
 def test_an_unknown_dialect_is_refused_and_named():
     with pytest.raises(ValidationError, match=r"rabbitmq_stomp_dialect\n.*'auto', '4.3' or '4.4'"):
         Settings(rabbitmq_stomp_dialect="4.5")
+
+
+# -- an ACK or NACK of a delivery tag the channel does not hold ------------------------------
+
+
+def _subscribed(dialect: str, ack: str = "client-individual") -> Harness:
+    h = Harness(rabbitmq_stomp_dialect=dialect)
+    h.connect()
+    h.frame("SUBSCRIBE", {"destination": "/queue/q", "id": "s", "ack": ack})
+    h.deliver("T_s", 1)
+    h.frames()
+    return h
+
+
+@pytest.mark.parametrize("command", ["ACK", "NACK"])
+def test_before_4_4_an_unknown_tag_gets_its_receipt_then_rabbitmqs_error_and_the_end(command):
+    h = _subscribed("4.3")
+    h.frame(command, {"id": "T_s@@session-test@@7", "receipt": "r"})
+    receipt, error = h.frames()
+    assert (receipt.command, receipt.headers) == ("RECEIPT", {"receipt-id": "r"})
+    assert error.command == "ERROR" and "receipt-id" not in error.headers
+    assert (error.headers["message"], error.body) == ("precondition_failed", b"PRECONDITION_FAILED - unknown delivery tag 7")
+    assert h.core.state is CLOSED and h.closes == 1
+    assert h.of(p.Ack) == h.of(p.Nack) == []
+
+
+def test_before_4_4_the_receipt_waits_for_the_publishes_before_it_and_nothing_is_read_meanwhile():
+    h = _subscribed("4.3")
+    h.frame("SEND", {"destination": "/queue/q"})
+    h.frame("ACK", {"id": "T_s@@session-test@@7", "receipt": "r"})
+    h.frame("SEND", {"destination": "/queue/q", "receipt": "after"})
+    assert h.frames() == [] and len(h.of(p.Publish)) == 1
+    h.confirm(1)
+    assert h.commands() == ["RECEIPT", "ERROR"] and h.core.state is CLOSED
+
+
+def test_before_4_4_without_a_receipt_the_error_comes_at_once():
+    h = _subscribed("4.3")
+    h.frame("ACK", {"id": "T_s@@session-test@@1"})
+    h.frame("ACK", {"id": "T_s@@session-test@@1"})  # settled already
+    [error] = h.frames()
+    assert error.body == b"PRECONDITION_FAILED - unknown delivery tag 1" and h.core.state is CLOSED
+
+
+def test_before_4_4_a_commit_holding_one_gets_its_receipt_then_the_error():
+    h = _subscribed("4.3")
+    h.frame("BEGIN", {"transaction": "t"})
+    h.frame("ACK", {"id": "T_s@@session-test@@7", "transaction": "t", "receipt": "a"})
+    h.frame("SEND", {"destination": "/queue/q", "transaction": "t"})
+    h.frame("COMMIT", {"transaction": "t", "receipt": "c"})
+    frames = h.frames()
+    assert [(f.command, f.headers.get("receipt-id")) for f in frames] == [("RECEIPT", "a"), ("RECEIPT", "c"), ("ERROR", None)]
+    assert frames[2].headers["message"] == "precondition_failed" and h.core.state is CLOSED
+    assert h.of(p.Publish) == []  # RabbitMQ closed the channel on the ACK: the SEND after it never ran
+
+
+@pytest.mark.parametrize("command", ["ACK", "NACK"])
+@pytest.mark.parametrize("tag", ["7", "1"])  # never delivered; settled already (below)
+def test_in_front_of_4_4_an_unknown_tag_is_message_not_found_and_the_connection_stays(command, tag):
+    h = _subscribed("4.4")
+    h.frame("ACK", {"id": "T_s@@session-test@@1"})
+    h.frame(command, {"id": f"T_s@@session-test@@{tag}", "receipt": "r"})
+    [error] = h.frames()
+    assert error.command == "ERROR" and "receipt-id" not in error.headers
+    assert (error.headers["message"], error.body) == ("Message not found", f"unknown delivery tag {tag}\n".encode())
+    assert h.core.state is OPEN
+    h.frame("SEND", {"destination": "/queue/q", "receipt": "after"})
+    h.confirm(1)
+    assert h.commands() == ["RECEIPT"]
+
+
+def test_in_front_of_4_4_a_commit_holding_one_gets_the_error_then_its_receipt_and_runs_the_rest():
+    h = _subscribed("4.4")
+    h.frame("BEGIN", {"transaction": "t"})
+    h.frame("ACK", {"id": "T_s@@session-test@@7", "transaction": "t", "receipt": "a"})
+    h.frame("SEND", {"destination": "/queue/q", "transaction": "t"})
+    h.frame("COMMIT", {"transaction": "t", "receipt": "c"})
+    h.confirm(1)
+    frames = h.frames()
+    assert [(f.command, f.headers.get("receipt-id")) for f in frames] == [("RECEIPT", "a"), ("ERROR", None), ("RECEIPT", "c")]
+    assert frames[1].headers["message"] == "Message not found" and h.core.state is OPEN
+    assert len(h.of(p.Publish)) == 1
