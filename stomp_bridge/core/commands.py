@@ -132,7 +132,9 @@ def _nack(core: Context, frame: Frame) -> None:
 def settle(core: Context, frame: Frame, command: str) -> Ack | Nack:
     """What an ACK or NACK settles (acks.py), as the basic.ack / basic.nack to send."""
     consumer_tag, delivery_tag = ack_target(frame.headers, command, core.version, core.session_id)
-    if consumer_tag not in core.subscriptions:
+    # 4.4's plugin settles what the channel holds, subscribed or not (a delivery outlives its
+    # UNSUBSCRIBE or server cancel); 4.3's refused an ACK of a subscription that is gone
+    if consumer_tag not in core.subscriptions and not core.native_stomp:
         value = frame.headers[hdr.ack_header_name(core.version)]
         raise FrameRejected("Subscription not found", f"Message with id {tp(value)} has no subscription")
     try:
@@ -163,7 +165,10 @@ def begin(core: Context, frame: Frame) -> None:
 
 def commit(core: Context, frame: Frame) -> Steps:
     """Run the held frames in order. As in the plugin, one that fails (a bad destination, say)
-    gets its ERROR and the others still run; a fatal error ends it all."""
+    gets its ERROR and the others still run; a fatal error ends it all. In front of 4.4, an
+    ACK/NACK of a delivery an earlier cumulative ACK of the same COMMIT settled is skipped, as
+    its plugin does (4.3's passed it on, and RabbitMQ closed the channel)."""
+    covered: set[tuple[str, int]] | None = set() if core.native_stomp else None
     for action in core.transactions.commit(transaction_id(frame.headers, "COMMIT")):
         try:
             if action.command == "SEND":
@@ -171,6 +176,8 @@ def commit(core: Context, frame: Frame) -> Steps:
                 if steps is not None:
                     yield from steps
             else:
+                if covered is not None and _covered(core, action, covered):
+                    continue
                 if action.command == "NACK" and core.unacked.marked:
                     check = streams.nack_check(core, action, receipt=False)
                     if check is not None:
@@ -186,6 +193,23 @@ def commit(core: Context, frame: Frame) -> Steps:
             if core.state is not OPEN:
                 return
     core.receipt(frame)
+
+
+def _covered(core: Context, action: Frame, covered: set[tuple[str, int]]) -> bool:
+    """True if an earlier cumulative ACK/NACK of this COMMIT settled ``action``'s delivery;
+    otherwise note what ``action`` settles besides the delivery it names (4.4's
+    record_transaction_settlements: the named one settled twice is still an error)."""
+    try:
+        consumer_tag, delivery_tag = ack_target(action.headers, action.command, core.version, core.session_id)
+    except StompError:
+        return False  # settle() answers it
+    if (consumer_tag, delivery_tag) in covered:
+        return True
+    unacked = core.unacked.by_tag
+    sub = unacked.get(delivery_tag)
+    if sub is not None and sub.consumer_tag == consumer_tag and sub.multiple:
+        covered.update((unacked[t].consumer_tag, t) for t in unacked if t < delivery_tag)
+    return False
 
 
 def abort(core: Context, frame: Frame) -> None:

@@ -33,7 +33,7 @@ from stomp_bridge.core.transactions import Transactions
 from stomp_bridge.protocol import destinations as dest
 from stomp_bridge.protocol import features
 from stomp_bridge.protocol import headers as hdr
-from stomp_bridge.protocol.errors import AccessRefused, FrameRejected, StompError, error_headers
+from stomp_bridge.protocol.errors import AccessRefused, FrameRejected, StompError, error_headers, native_stomp_error
 from stomp_bridge.protocol.frames import (
     END, END_LF, VECTORED_BODY, Frame, encode_frame, joined, receipt_frame,
 )
@@ -359,6 +359,8 @@ class Context:
         ``close=False`` (the plugin's non-fatal errors, see ``protocol/errors.py``)."""
         if self.state is CLOSED:
             return
+        if self.native_stomp:  # 4.4's plugin words some of RabbitMQ's errors its own way
+            error = native_stomp_error(error)
         counters = self.counters
         counters.errors[error.message] += 1
         counters.frames_out["ERROR"] += 1

@@ -16,6 +16,9 @@ ERROR instead, as STOMP 1.2 says a server MUST.
 
 from __future__ import annotations
 
+import copy
+import re
+
 from stomp_bridge.protocol.frames import VERSIONS
 
 
@@ -105,6 +108,30 @@ class MessageNotFound(FrameRejected):
 
     def __init__(self, delivery_tag: int) -> None:
         super().__init__("Message not found", f"unknown delivery tag {delivery_tag}\n")
+
+
+_AMQP_PREFIX = re.compile(r"[A-Z_]+ - ")  # RabbitMQ's reply text: "NOT_FOUND - no queue 'q' ..."
+_USER_ID = "user_id property set to "
+
+
+def native_stomp_error(error: StompError) -> StompError:
+    """``error`` as RabbitMQ 4.4's native plugin words it (``rabbitmq_stomp_dialect``): its body
+    is RabbitMQ's explanation without the AMQP prefix (``no exchange 'x' in vhost '/'``, not
+    ``NOT_FOUND - no exchange …``: 4.3's plugin quoted its channel's close), and a ``user-id``
+    that is not the login is ``access_refused`` (the check AMQP 0-9-1 and 1.0 publishes get),
+    not ``precondition_failed``. Other errors are the same; ``error`` itself is never changed."""
+    if not isinstance(error, BrokerError):
+        return error
+    prefix = _AMQP_PREFIX.match(error.detail)
+    if prefix is None:
+        return error
+    detail = error.detail[prefix.end():]
+    message = error.message
+    if message == "precondition_failed" and detail.startswith(_USER_ID):
+        message = "access_refused"
+    native = copy.copy(error)
+    native.message, native.detail = message, detail
+    return native
 
 
 def error_headers(error: StompError) -> dict[str, str]:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections import deque
+
 import pytest
 from pydantic import ValidationError
 
@@ -123,3 +125,85 @@ def test_in_front_of_4_4_a_commit_holding_one_gets_the_error_then_its_receipt_an
     assert [(f.command, f.headers.get("receipt-id")) for f in frames] == [("RECEIPT", "a"), ("ERROR", None), ("RECEIPT", "c")]
     assert frames[1].headers["message"] == "Message not found" and h.core.state is OPEN
     assert len(h.of(p.Publish)) == 1
+
+
+# -- what else 4.4's plugin changed on purpose -----------------------------------------------
+
+
+@pytest.mark.parametrize("detail, message, native_message, native_detail", [
+    ("NOT_FOUND - no exchange 'x' in vhost '/'", "not_found", "not_found", "no exchange 'x' in vhost '/'"),
+    ("PRECONDITION_FAILED - user_id property set to 'bob' but authenticated user was 'guest'", "precondition_failed",
+     "access_refused", "user_id property set to 'bob' but authenticated user was 'guest'"),
+    ("ACCESS_REFUSED - access to queue 'q' in vhost '/' refused for user 'u'", "access_refused",
+     "access_refused", "access to queue 'q' in vhost '/' refused for user 'u'"),
+    ("The connection to RabbitMQ closed (gone). Reconnect to retry.", "Broker connection lost",
+     "Broker connection lost", "The connection to RabbitMQ closed (gone). Reconnect to retry."),
+])
+def test_in_front_of_4_4_rabbitmqs_errors_lose_the_amqp_prefix(detail, message, native_message, native_detail):
+    from stomp_bridge.protocol.errors import BrokerError, native_stomp_error
+
+    error = BrokerError(message, detail, receipt_id="r")
+    native = native_stomp_error(error)
+    assert (native.message, native.detail, native.receipt_id) == (native_message, native_detail, "r")
+    assert (error.message, error.detail) == (message, detail)  # the error itself is kept as it was
+
+
+@pytest.mark.parametrize("dialect, body", [
+    ("4.3", b"NOT_FOUND - no queue 'q' in vhost '/'"), ("4.4", b"no queue 'q' in vhost '/'"),
+])
+def test_the_error_frame_is_the_dialects(dialect, body):
+    from testkit.core import refusal
+
+    h = Harness(rabbitmq_stomp_dialect=dialect)
+    h.connect()
+    h.refuse[p.Consume] = deque([refusal()])
+    h.frame("SUBSCRIBE", {"destination": "/amq/queue/q", "id": "s"})
+    error = h.frames()[-1]
+    assert (error.headers["message"], error.body) == ("not_found", body)
+
+
+@pytest.mark.parametrize("dialect", ["4.3", "4.4"])
+def test_an_ack_after_unsubscribe_settles_only_in_front_of_4_4(dialect):
+    h = _subscribed(dialect)
+    h.frame("UNSUBSCRIBE", {"id": "s"})
+    h.frame("ACK", {"id": "T_s@@session-test@@1", "receipt": "r"})
+    if dialect == "4.4":
+        assert h.of(p.Ack) == [p.Ack(1, False)] and h.commands() == ["RECEIPT"]
+    else:
+        [error] = h.frames()
+        assert error.headers["message"] == "Subscription not found" and h.of(p.Ack) == []
+
+
+@pytest.mark.parametrize("dialect", ["4.3", "4.4"])
+def test_a_durable_unsubscribe_deletes_the_subscriptions_own_queue_in_front_of_4_4(dialect):
+    h = Harness(rabbitmq_stomp_dialect=dialect)
+    h.connect()
+    h.frame("SUBSCRIBE", {"destination": "/topic/t", "id": "s", "durable": "true", "x-queue-name": "own"})
+    h.frame("UNSUBSCRIBE", {"id": "s", "durable": "true"})
+    deleted = [plan.queue for plan in h.of(p.DeleteQueue)]
+    assert deleted == (["own"] if dialect == "4.4" else ["stomp-subscription-" + deleted[0][len("stomp-subscription-"):]])
+    assert deleted[0] == "own" or deleted[0].startswith("stomp-subscription-")
+
+
+@pytest.mark.parametrize("dialect", ["4.3", "4.4"])
+def test_a_commit_skips_an_ack_an_earlier_cumulative_ack_settled_in_front_of_4_4(dialect):
+    h = _subscribed(dialect, ack="client")
+    h.deliver("T_s", 2)
+    h.frames()
+    h.frame("BEGIN", {"transaction": "t"})
+    h.frame("ACK", {"id": "T_s@@session-test@@2", "transaction": "t"})
+    h.frame("ACK", {"id": "T_s@@session-test@@1", "transaction": "t"})
+    h.frame("COMMIT", {"transaction": "t", "receipt": "c"})
+    if dialect == "4.4":
+        assert h.of(p.Ack) == [p.Ack(2, True)] and h.commands() == ["RECEIPT"]
+    else:  # 4.3's plugin passes the second on, and RabbitMQ closes the channel
+        assert h.commands() == ["RECEIPT", "ERROR"] and h.core.state is CLOSED
+
+
+def test_in_front_of_4_4_the_named_delivery_acked_twice_in_a_commit_is_still_not_found():
+    h = _subscribed("4.4", ack="client")
+    h.frame("BEGIN", {"transaction": "t"})
+    h.frame("ACK", {"id": "T_s@@session-test@@1", "transaction": "t"})
+    h.frame("ACK", {"id": "T_s@@session-test@@1", "transaction": "t"})
+    h.frame("COMMIT", {"transaction": "t", "receipt": "c"})
+    assert h.commands() == ["ERROR", "RECEIPT"] and h.core.state is OPEN
