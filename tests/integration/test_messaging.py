@@ -101,17 +101,6 @@ def test_message_id_format_is_per_subscription_and_session(connected, queues, un
     assert first["message-id"].endswith("@@1") and second["message-id"].endswith("@@2")
 
 
-def test_user_id_must_match_login(connected, rabbit, queues, unique):
-    name = f"uid-{unique}"
-    queues.append(name)
-    conn = connected()
-    conn.send_frame("SEND", {"destination": f"/queue/{name}", "user-id": "bob", "receipt": "r"}, "x")
-    error = conn.error_then_close()
-    assert error["message"] == "precondition_failed"
-    assert error.text == "PRECONDITION_FAILED - user_id property set to 'bob' but authenticated user was 'guest'"
-    assert rabbit.get(name) == []
-
-
 def test_message_id_on_send_is_refused(connected, rabbit, queues, unique):
     name = f"mid-{unique}"
     queues.append(name)
