@@ -25,6 +25,7 @@ node (through the chroot for 4.x), never the machine's ``rabbitmqctl`` by name.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import urllib.parse
@@ -184,6 +185,14 @@ def native_stomp() -> bool:
     (``rabbitmq_stomp_dialect = "4.4"``), and the tests expect 4.4's frames of both targets."""
     broker = selected()
     return broker is not None and broker.name == "4.4"
+
+
+def plugin_words(text: str) -> str:
+    """RabbitMQ's reply text as the targeted plugin's ERROR body has it: 4.4's native plugin (and
+    the bridge in front of it) leaves out the AMQP prefix (``NOT_FOUND - ``), 4.3's quotes it."""
+    if native_stomp():
+        return re.sub(r"^[A-Z_]+ - ", "", text)
+    return text
 
 
 def stomp_dialect_setting() -> str:
