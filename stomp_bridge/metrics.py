@@ -51,7 +51,7 @@ BRIDGE_ERRORS = frozenset({
     "Invalid PROXY protocol header", "Invalid WebSocket frame", "Invalid command",
     "Invalid content-length", "Invalid destination", "Invalid escape sequence", "Invalid frame",
     "Invalid header", "Invalid heart-beat header", "Invalid id", "Invalid selector",
-    "Message rejected", "Missing Header", "Missing client-id", "Missing destination",
+    "Message not found", "Message rejected", "Missing Header", "Missing client-id", "Missing destination",
     "Missing destination or id", "Missing frame terminator", "Missing header",
     "Missing transaction", "No subscription found", "Not connected", "Processing error",
     "Selector not supported on shared queues", "Server cancelled subscription", "Server shutdown",

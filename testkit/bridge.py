@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from stomp_bridge.settings import Settings
 from stomp_bridge.testing import BackgroundBridge
+from testkit.brokers import stomp_dialect_setting
 
 
 class BridgeThread(BackgroundBridge):
@@ -16,6 +17,8 @@ class BridgeThread(BackgroundBridge):
                  **settings: object) -> None:
         settings.setdefault("http_port", None)  # tests that want the endpoint ask for port 0
         settings.setdefault("ws_port", None)  # likewise the WebSocket listener
+        # in front of the 4.4 preview (which reports 4.3.6), behave as its native plugin
+        settings.setdefault("rabbitmq_stomp_dialect", stomp_dialect_setting())
         if settings.get("profile") != "swaptacular":
             settings.setdefault("port", 0)
         super().__init__(Settings(host=host, amqp_url=amqp_url, **settings), tracer_provider=tracer_provider)

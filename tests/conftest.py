@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from testkit.brokers import native_stomp
 from testkit.ports import port_open
 
 TARGET = os.environ.get("STOMP_BRIDGE_TEST_TARGET", "bridge")
@@ -34,6 +35,13 @@ class StompTarget:
     @property
     def address(self) -> tuple[str, int]:
         return (self.host, self.port)
+
+
+@pytest.fixture(scope="session")
+def native44() -> bool:
+    """The plugin the tests hold both targets to is RabbitMQ 4.4's native STOMP (the bridge
+    follows it there: ``rabbitmq_stomp_dialect``), not 4.3's and older."""
+    return native_stomp()
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from stomp_bridge.protocol import headers as hdr
-from stomp_bridge.protocol.errors import BrokerError, FrameRejected
+from stomp_bridge.protocol.errors import FrameRejected, UnknownDelivery
 from stomp_bridge.core.subscriptions import StreamPosition, Subscription
 
 
@@ -74,8 +74,8 @@ class Unacked:
         unacked = self.by_tag
         sub = unacked.get(delivery_tag)
         if sub is None or sub.consumer_tag != consumer_tag:
-            # What RabbitMQ answers to an ack for a tag it never delivered.
-            raise BrokerError("precondition_failed", f"PRECONDITION_FAILED - unknown delivery tag {delivery_tag}")
+            # What RabbitMQ answers to an ack for a tag it never delivered (4.4: commands.settle).
+            raise UnknownDelivery(delivery_tag)
         marked = self.marked
         if sub.multiple:
             for tag in [t for t in unacked if t <= delivery_tag]:

@@ -12,6 +12,7 @@ from stomp_bridge.core import login, resume, streams
 from stomp_bridge.core.acks import ack_target
 from stomp_bridge.core.context import Context, Steps, log
 from stomp_bridge.core.state import OPEN, move
+from stomp_bridge.core.rules import native_stomp
 from stomp_bridge.core.plans import (
     Ack, Disconnect, Flush, Nack, OpenAmqp, Opened, ReceiptsSent, ResolveSecurity, SetTimer,
 )
@@ -21,7 +22,9 @@ from stomp_bridge.protocol import destinations as dest
 from stomp_bridge.protocol import features
 from stomp_bridge.protocol import headers as hdr
 from stomp_bridge.protocol.connect import negotiate_version
-from stomp_bridge.protocol.errors import FrameRejected, ProtocolError, StompError, tp
+from stomp_bridge.protocol.errors import (
+    FrameRejected, MessageNotFound, ProtocolError, StompError, UnknownDelivery, tp,
+)
 from stomp_bridge.protocol.frames import Frame
 from stomp_bridge.protocol.parser import Limits
 
@@ -70,6 +73,7 @@ def logged_in(core: Context, opened: Opened, user: str, version: str, heartbeat:
     rules = core.rules
     core.state = move(core.state, "logged_in")
     core.user, core.vhost = user, opened.vhost
+    core.native_stomp = native_stomp(rules.rabbitmq_stomp_dialect, opened.dialect.version)
     core.dest_rules = dest.DestinationRules(
         rules.default_topic_exchange, opened.dialect, rules.headers_bindings, opened.vhost)
     core.frame_max = opened.frame_max
@@ -128,10 +132,17 @@ def _nack(core: Context, frame: Frame) -> None:
 def settle(core: Context, frame: Frame, command: str) -> Ack | Nack:
     """What an ACK or NACK settles (acks.py), as the basic.ack / basic.nack to send."""
     consumer_tag, delivery_tag = ack_target(frame.headers, command, core.version, core.session_id)
-    if consumer_tag not in core.subscriptions:
+    # 4.4's plugin settles what the channel holds, subscribed or not (a delivery outlives its
+    # UNSUBSCRIBE or server cancel); 4.3's refused an ACK of a subscription that is gone
+    if consumer_tag not in core.subscriptions and not core.native_stomp:
         value = frame.headers[hdr.ack_header_name(core.version)]
         raise FrameRejected("Subscription not found", f"Message with id {tp(value)} has no subscription")
-    multiple = core.unacked.settle(consumer_tag, delivery_tag)
+    try:
+        multiple = core.unacked.settle(consumer_tag, delivery_tag)
+    except UnknownDelivery:
+        if core.native_stomp:  # 4.4's native plugin: its own ERROR, and the connection stays
+            raise MessageNotFound(delivery_tag) from None
+        raise  # 4.3's: the RECEIPT, then RabbitMQ's channel error (Context.answer)
     if core.observer is not None:
         core.observer.settled(delivery_tag, multiple, command)
     if command == "ACK":
@@ -154,7 +165,10 @@ def begin(core: Context, frame: Frame) -> None:
 
 def commit(core: Context, frame: Frame) -> Steps:
     """Run the held frames in order. As in the plugin, one that fails (a bad destination, say)
-    gets its ERROR and the others still run; a fatal error ends it all."""
+    gets its ERROR and the others still run; a fatal error ends it all. In front of 4.4, an
+    ACK/NACK of a delivery an earlier cumulative ACK of the same COMMIT settled is skipped, as
+    its plugin does (4.3's passed it on, and RabbitMQ closed the channel)."""
+    covered: set[tuple[str, int]] | None = set() if core.native_stomp else None
     for action in core.transactions.commit(transaction_id(frame.headers, "COMMIT")):
         try:
             if action.command == "SEND":
@@ -162,6 +176,8 @@ def commit(core: Context, frame: Frame) -> Steps:
                 if steps is not None:
                     yield from steps
             else:
+                if covered is not None and _covered(core, action, covered):
+                    continue
                 if action.command == "NACK" and core.unacked.marked:
                     check = streams.nack_check(core, action, receipt=False)
                     if check is not None:
@@ -170,10 +186,30 @@ def commit(core: Context, frame: Frame) -> Steps:
                 if core.unacked.moved:
                     resume.settled(core)
         except StompError as exc:
+            if exc.receipt_first:  # RabbitMQ closes the channel: nothing after it runs
+                core.answer(exc, frame)  # the COMMIT's RECEIPT, then the ERROR (4.3, verified)
+                return
             core.answer(exc, action)
             if core.state is not OPEN:
                 return
     core.receipt(frame)
+
+
+def _covered(core: Context, action: Frame, covered: set[tuple[str, int]]) -> bool:
+    """True if an earlier cumulative ACK/NACK of this COMMIT settled ``action``'s delivery;
+    otherwise note what ``action`` settles besides the delivery it names (4.4's
+    record_transaction_settlements: the named one settled twice is still an error)."""
+    try:
+        consumer_tag, delivery_tag = ack_target(action.headers, action.command, core.version, core.session_id)
+    except StompError:
+        return False  # settle() answers it
+    if (consumer_tag, delivery_tag) in covered:
+        return True
+    unacked = core.unacked.by_tag
+    sub = unacked.get(delivery_tag)
+    if sub is not None and sub.consumer_tag == consumer_tag and sub.multiple:
+        covered.update((unacked[t].consumer_tag, t) for t in unacked if t < delivery_tag)
+    return False
 
 
 def abort(core: Context, frame: Frame) -> None:

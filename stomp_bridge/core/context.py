@@ -27,13 +27,13 @@ from stomp_bridge.core.observer import Observer
 from stomp_bridge.core.plans import Publish
 from stomp_bridge.core.receipts import NOTHING_HELD, ReceiptLedger
 from stomp_bridge.core.rules import Rules
-from stomp_bridge.core.state import CLOSED, LOGIN, move
+from stomp_bridge.core.state import CLOSED, LOGIN, OPEN, move
 from stomp_bridge.core.subscriptions import Subscription
 from stomp_bridge.core.transactions import Transactions
 from stomp_bridge.protocol import destinations as dest
 from stomp_bridge.protocol import features
 from stomp_bridge.protocol import headers as hdr
-from stomp_bridge.protocol.errors import AccessRefused, FrameRejected, StompError, error_headers
+from stomp_bridge.protocol.errors import AccessRefused, FrameRejected, StompError, error_headers, native_stomp_error
 from stomp_bridge.protocol.frames import (
     END, END_LF, VECTORED_BODY, Frame, encode_frame, joined, receipt_frame,
 )
@@ -113,7 +113,7 @@ class Context:
         "client_id", "policy", "token_login", "token_subject", "discard_on_close", "ledger", "mandatory", "refused",
         "settling", "close_reason", "close_detail", "out", "wakeup", "on_open", "on_close", "to_amqp", "jobs", "scheduled_exchanges",
         "observer", "frame_max", "stream_queues", "stream_consumers", "logging_in",
-        "frames_handled",
+        "frames_handled", "native_stomp",
     )
 
     def __init__(
@@ -142,6 +142,8 @@ class Context:
         self.state = LOGIN  # state.py
         self.logging_in = False  # a CONNECT arrived: connect_timeout no longer applies
         self.frames_handled = 0  # client frames so far (the driver's fair share counts them)
+        # Behave as RabbitMQ 4.4's native STOMP plugin, not 4.3's (rules.native_stomp, at login)
+        self.native_stomp = False
         self.version = "1.2"  # escaping for frames before negotiation
         self.session_id = ""
         self.user = ""
@@ -334,15 +336,31 @@ class Context:
             exc.receipt_id = frame.headers.get("receipt")
         if self.observer is not None:
             self.observer.failed(frame, exc)
+        if exc.receipt_first:
+            self.fail_after_receipt(exc, frame)
+            return
         if exc.preceded_by is not None:
             self.fail(exc.preceded_by, close=False)
         self.fail(exc, close=exc.fatal or self.rules.close_on_error)
+
+    def fail_after_receipt(self, error: StompError, frame: Frame) -> None:
+        """The frame's RECEIPT (if it asked for one), then ``error`` and the end: the plugin
+        answered the frame before RabbitMQ closed its channel. Nothing more is read meanwhile."""
+        receipt = frame.headers.get("receipt")
+        if receipt is None or self.state is CLOSED:
+            self.fail(error)
+            return
+        if self.state is OPEN:
+            self.state = move(self.state, "refused")  # reads no more frames
+        self.queue_receipt(receipt, lambda: self.fail(error))
 
     def fail(self, error: StompError, *, close: bool = True) -> None:
         """The one place an error becomes an ERROR frame; the connection then ends unless
         ``close=False`` (the plugin's non-fatal errors, see ``protocol/errors.py``)."""
         if self.state is CLOSED:
             return
+        if self.native_stomp:  # 4.4's plugin words some of RabbitMQ's errors its own way
+            error = native_stomp_error(error)
         counters = self.counters
         counters.errors[error.message] += 1
         counters.frames_out["ERROR"] += 1

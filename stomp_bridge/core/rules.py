@@ -35,6 +35,7 @@ class Rules:
     heartbeat_max: float = 0.0
     # ERRORs
     close_on_error: bool = False
+    rabbitmq_stomp_dialect: str = "auto"  # whose plugin: auto | 4.3 | 4.4 (native_stomp below)
     # SEND
     default_topic_exchange: str = "amq.topic"
     headers_bindings: bool = False
@@ -67,3 +68,14 @@ class Rules:
                 value = tuple(value)
             values[f.name] = value
         return cls(**values)
+
+
+def native_stomp(dialect: str, version: tuple[int, ...]) -> bool:
+    """Whether a connection behaves as RabbitMQ 4.4's native STOMP plugin (True) or as the plugin
+    of 4.3 and older (False). ``dialect`` is the ``rabbitmq_stomp_dialect`` setting, ``version``
+    what RabbitMQ reported in connection.start (``()``: it said nothing readable). ``auto`` cannot
+    tell a 4.4 preview built on 4.3.6 (which reports 4.3.6) from 4.3.6 itself: it takes 4.4 only
+    from a version that says so, and such a preview needs ``4.4`` set."""
+    if dialect == "auto":
+        return bool(version) and version >= (4, 4)
+    return dialect == "4.4"

@@ -283,8 +283,11 @@ def unsubscribe(core: Context, frame: Frame) -> Steps:
         # an auto-delete queue went with its last consumer: its name is free again
         del core.exclusive_queues[sub.queue]
         yield ReleaseExclusive(sub.queue)
-    doomed = dest.durable_queue_to_delete(sub.destination, headers) or features.artemis_queue_to_delete(
-        headers, core.client_id)
+    if core.native_stomp:  # 4.4: the subscription's own queue, never one the UNSUBSCRIBE names
+        doomed = sub.queue if sub.destination.kind == dest.TOPIC and dest.has_durable_header(headers) else None
+    else:
+        doomed = dest.durable_queue_to_delete(sub.destination, headers)
+    doomed = doomed or features.artemis_queue_to_delete(headers, core.client_id)
     if doomed is not None:
         yield DeleteQueue(doomed)
     core.receipt(frame)

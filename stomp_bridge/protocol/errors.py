@@ -16,6 +16,9 @@ ERROR instead, as STOMP 1.2 says a server MUST.
 
 from __future__ import annotations
 
+import copy
+import re
+
 from stomp_bridge.protocol.frames import VERSIONS
 
 
@@ -28,6 +31,9 @@ class StompError(Exception):
 
     fatal = True
     receipted = True  # answering a frame, it carries the frame's receipt as ``receipt-id``
+    # the failed frame's RECEIPT goes first, then this ERROR (without receipt-id): RabbitMQ closed
+    # the plugin's channel over what the frame asked, after the plugin had answered it
+    receipt_first = False
     preceded_by: StompError | None = None  # an ERROR written just before this one (kept open)
 
     def __init__(
@@ -77,6 +83,55 @@ class AccessRefused(StompError):
 
 class BrokerError(StompError):
     """RabbitMQ closed a channel or connection; ``message`` quotes its reason."""
+
+
+class UnknownDelivery(BrokerError):
+    """An ACK or NACK of a delivery tag the channel does not hold (never delivered, ack:auto,
+    already settled): what RabbitMQ 4.3 and older answer. The plugin passes the ACK on to its
+    channel and answers the frame (its RECEIPT); RabbitMQ then closes the channel, and the
+    ERROR follows, without receipt-id (3.10.8, 4.0.5, 4.3.6: verified)."""
+
+    receipted = False
+    receipt_first = True
+
+    def __init__(self, delivery_tag: int) -> None:
+        super().__init__("precondition_failed", f"PRECONDITION_FAILED - unknown delivery tag {delivery_tag}")
+        self.delivery_tag = delivery_tag
+
+
+class MessageNotFound(FrameRejected):
+    """The same ACK or NACK in front of RabbitMQ 4.4's native plugin: its own ERROR, without
+    receipt-id and without a RECEIPT, and the connection stays (rabbit_stomp_processor's
+    unknown_delivery_tag_error/2)."""
+
+    receipted = False
+
+    def __init__(self, delivery_tag: int) -> None:
+        super().__init__("Message not found", f"unknown delivery tag {delivery_tag}\n")
+
+
+_AMQP_PREFIX = re.compile(r"[A-Z_]+ - ")  # RabbitMQ's reply text: "NOT_FOUND - no queue 'q' ..."
+_USER_ID = "user_id property set to "
+
+
+def native_stomp_error(error: StompError) -> StompError:
+    """``error`` as RabbitMQ 4.4's native plugin words it (``rabbitmq_stomp_dialect``): its body
+    is RabbitMQ's explanation without the AMQP prefix (``no exchange 'x' in vhost '/'``, not
+    ``NOT_FOUND - no exchange …``: 4.3's plugin quoted its channel's close), and a ``user-id``
+    that is not the login is ``access_refused`` (the check AMQP 0-9-1 and 1.0 publishes get),
+    not ``precondition_failed``. Other errors are the same; ``error`` itself is never changed."""
+    if not isinstance(error, BrokerError):
+        return error
+    prefix = _AMQP_PREFIX.match(error.detail)
+    if prefix is None:
+        return error
+    detail = error.detail[prefix.end():]
+    message = error.message
+    if message == "precondition_failed" and detail.startswith(_USER_ID):
+        message = "access_refused"
+    native = copy.copy(error)
+    native.message, native.detail = message, detail
+    return native
 
 
 def error_headers(error: StompError) -> dict[str, str]:

@@ -346,6 +346,13 @@ class StompSettings(Section):
         "subscription id, or an unknown command gets an ERROR and the connection stays).",
     )
     hide_server_info: bool = Field(False, description="Leave the server header out of CONNECTED.")
+    rabbitmq_stomp_dialect: Literal["auto", "4.3", "4.4"] = Field(
+        "auto",
+        description="Whose STOMP plugin the bridge behaves as: 4.3 (the plugin of RabbitMQ 4.3 and "
+        "older, on an AMQP 0-9-1 client), 4.4 (4.4's native plugin: ERROR bodies without the AMQP "
+        "prefix, an ACK of an unknown tag keeps the connection …, see Compatibility), or auto: 4.4 "
+        "when RabbitMQ reports 4.4 or later, else 4.3.",
+    )
 
 
 class ExtensionSettings(Section):

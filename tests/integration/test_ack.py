@@ -164,3 +164,78 @@ def test_unacked_messages_return_to_queue_on_close(connected, rabbit, queues, un
     redelivered = [again.expect("MESSAGE") for _ in range(2)]
     assert [m.body for m in redelivered] == [b"m0", b"m1"]
     assert all(m["redelivered"] == "true" for m in redelivered)
+
+
+# -- an ACK or NACK of a delivery tag the channel does not hold --------------------------------
+# RabbitMQ 4.3 and older: the plugin passes it on to its channel and answers the frame, so the
+# RECEIPT comes first; RabbitMQ then closes the channel: ERROR precondition_failed, without
+# receipt-id, and the end (3.10.8, 4.0.5, 4.3.6). 4.4's native plugin: ERROR "Message not found",
+# without receipt-id or RECEIPT, and the connection stays. The tag is the client's number (the
+# native plugin counts deliveries from 0, RabbitMQ's channels from 1). "Still usable" is a SEND
+# to a queue: 4.4's plugin never receipts an unroutable one (docs/compatibility.md).
+
+
+def _tag(ack_id: str) -> int:
+    return int(ack_id.rsplit("@@", 1)[1])
+
+
+def _unknown_tag_answer(conn, tag: int, native44: bool, queue: str, receipted: str | None = "r") -> None:
+    if native44:
+        error = conn.expect("ERROR")
+        assert "receipt-id" not in error, error
+        assert (error["message"], error.text) == ("Message not found", f"unknown delivery tag {tag}\n")
+        conn.receipt("SEND", {"destination": f"/queue/{queue}"}, "x", receipt_id="alive")
+        return
+    frames = conn.read_until_closed()
+    expected = [("RECEIPT", receipted)] if receipted else []
+    assert [(f.command, f.get("receipt-id")) for f in frames] == [*expected, ("ERROR", None)], frames
+    error = frames[-1]
+    assert (error["message"], error.text) == ("precondition_failed", f"PRECONDITION_FAILED - unknown delivery tag {tag}")
+
+
+@pytest.mark.parametrize("command", ["ACK", "NACK"])
+@pytest.mark.parametrize("case", ["ack:auto", "never delivered", "settled already"])
+def test_an_ack_or_nack_of_a_tag_the_channel_does_not_hold(connected, queues, unique, native44, command, case):
+    name = f"unknown-tag-{unique}"
+    queues.append(name)
+    conn = connected()
+    conn.subscribe(f"/queue/{name}", ack="auto" if case == "ack:auto" else "client-individual")
+    conn.receipt("SEND", {"destination": f"/queue/{name}"}, "m", receipt_id="sent")
+    message_id = conn.expect("MESSAGE")["message-id"]
+    if case == "never delivered":
+        message_id = message_id.rsplit("@@", 1)[0] + "@@777"
+    elif case == "settled already":
+        conn.receipt("ACK", {"id": message_id}, receipt_id="first")
+    conn.send_frame(command, {"id": message_id, "receipt": "r"})
+    _unknown_tag_answer(conn, _tag(message_id), native44, name)
+
+
+def test_a_commit_holding_an_ack_of_a_tag_the_channel_does_not_hold(connected, queues, unique, native44):
+    # 4.3: the ACK's RECEIPT when held, the COMMIT's, then the ERROR; 4.4: the ERROR, then the COMMIT's
+    name = f"unknown-tag-tx-{unique}"
+    queues.append(name)
+    conn = connected()
+    conn.subscribe(f"/queue/{name}", ack="auto")
+    conn.receipt("SEND", {"destination": f"/queue/{name}"}, "m", receipt_id="sent")
+    message_id = conn.expect("MESSAGE")["message-id"]
+    conn.receipt("BEGIN", {"transaction": "t"}, receipt_id="b")
+    conn.receipt("ACK", {"id": message_id, "transaction": "t"}, receipt_id="a")
+    conn.send_frame("COMMIT", {"transaction": "t", "receipt": "c"})
+    if native44:
+        error = conn.expect("ERROR")
+        assert "receipt-id" not in error and error["message"] == "Message not found", error
+        assert conn.expect("RECEIPT")["receipt-id"] == "c"
+        conn.receipt("SEND", {"destination": f"/queue/{name}"}, "x", receipt_id="alive")
+        return
+    _unknown_tag_answer(conn, _tag(message_id), native44, name, receipted="c")
+
+
+def test_without_a_receipt_the_error_is_all(connected, queues, unique, native44):
+    name = f"unknown-tag-plain-{unique}"
+    queues.append(name)
+    conn = connected()
+    conn.subscribe(f"/queue/{name}", ack="client")
+    conn.receipt("SEND", {"destination": f"/queue/{name}"}, "m", receipt_id="sent")
+    message_id = conn.expect("MESSAGE")["message-id"].rsplit("@@", 1)[0] + "@@5"
+    conn.send_frame("ACK", {"id": message_id})
+    _unknown_tag_answer(conn, 5, native44, name, receipted=None)

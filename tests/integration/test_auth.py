@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from testkit.brokers import plugin_words
 
 
 @pytest.fixture
@@ -27,7 +28,7 @@ def test_send_without_write_permission_is_access_refused(connected, rabbit, brok
     conn.send_frame("SEND", {"destination": f"/amq/queue/{name}", "receipt": "r"}, "x")
     error = conn.error_then_close()
     assert error["message"] == "access_refused"
-    assert error.text == (f"ACCESS_REFUSED - {_denied(broker, 'write')} to exchange 'amq.default' in vhost '/' "
+    assert error.text == plugin_words(f"ACCESS_REFUSED - {_denied(broker, 'write')} to exchange 'amq.default' in vhost '/' "
                           f"refused for user '{user}'")
     assert rabbit.get(name) == []
 
@@ -41,7 +42,7 @@ def test_subscribe_without_read_permission_is_access_refused(connected, rabbit, 
     conn.send_frame("SUBSCRIBE", {"destination": f"/amq/queue/{name}", "id": "1"})
     error = conn.error_then_close()
     assert error["message"] == "access_refused"
-    assert error.text == (f"ACCESS_REFUSED - {_denied(broker, 'read')} to queue '{name}' in vhost '/' "
+    assert error.text == plugin_words(f"ACCESS_REFUSED - {_denied(broker, 'read')} to queue '{name}' in vhost '/' "
                           f"refused for user '{user}'")
 
 
@@ -53,7 +54,7 @@ def test_topic_permissions_apply_to_topic_send(connected, rabbit, broker, unique
     conn.send_frame("SEND", {"destination": f"/topic/denied.{unique}", "receipt": "r2"}, "no")
     error = conn.error_then_close()
     assert error["message"] == "access_refused"
-    assert error.text == (f"ACCESS_REFUSED - {_denied(broker, 'write')} to topic 'denied.{unique}' in exchange 'amq.topic' "
+    assert error.text == plugin_words(f"ACCESS_REFUSED - {_denied(broker, 'write')} to topic 'denied.{unique}' in exchange 'amq.topic' "
                           f"in vhost '/' refused for user '{user}'")
 
 

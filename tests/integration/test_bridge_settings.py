@@ -569,3 +569,20 @@ def test_disconnect_receipt_follows_confirm_of_every_earlier_send(bridge, dial, 
     assert receipt["receipt-id"] == "bye"
     messages = rabbit.get(name, count=count + 10)
     assert [m["payload"] for m in messages] == [f"m{i}" for i in range(count)]
+
+
+@pytest.mark.parametrize("dialect, native", [("auto", False), ("4.3", False), ("4.4", True)])
+def test_rabbitmq_stomp_dialect_picks_whose_plugin_the_bridge_behaves_as(bridge, dial, broker, queues, unique, dialect, native):
+    # Every broker here reports 4.3.6 or older (the 4.4 preview too): auto is 4.3's plugin. An
+    # ACK of a tag never delivered tells them apart (test_ack.py: what each plugin does).
+    name = f"dialect-{unique}"
+    queues.append(name)
+    conn = dial(bridge(rabbitmq_stomp_dialect=dialect))
+    session = conn.connect()["session"]
+    conn.subscribe(f"/queue/{name}", sub_id="s", ack="client")
+    conn.send_frame("ACK", {"id": f"T_s@@{session}@@9", "receipt": "r"})
+    if native:
+        assert conn.expect("ERROR")["message"] == "Message not found"
+        conn.receipt("SEND", {"destination": f"/queue/{name}"}, "x", receipt_id="alive")
+    else:
+        assert [f.command for f in conn.read_until_closed()] == ["RECEIPT", "ERROR"]

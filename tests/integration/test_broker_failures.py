@@ -11,6 +11,7 @@ import pytest
 from testkit.bridge import BridgeThread
 from testkit.faultproxy import FaultProxy
 from tests.integration.rawstomp import RawStomp
+from testkit.brokers import plugin_words
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("STOMP_BRIDGE_TEST_TARGET") == "native", reason="the bridge's own AMQP connections"
@@ -44,7 +45,7 @@ def test_broker_closing_the_connection_gives_the_client_an_error_and_a_close(bri
     rabbit.request("DELETE", f"/connections/{urllib.parse.quote(amqp_name, safe='')}")
     error = conn.error_then_close(timeout=10)
     assert error["message"] == "connection_forced", error.headers
-    assert "CONNECTION_FORCED" in error.text
+    assert plugin_words("CONNECTION_FORCED - Closed via management plugin") in error.text
 
 
 # -- RabbitMQ going away and coming back (through a proxy the test controls) ---------------

@@ -8,6 +8,7 @@ import time
 import urllib.error
 
 import pytest
+from testkit.brokers import plugin_words
 
 VALID_TYPES = "/temp-queue, /exchange, /topic, /queue, /amq/queue, /reply-queue/"
 
@@ -80,7 +81,7 @@ def test_amq_queue_subscribe_to_missing_queue_errors(connected, rabbit, unique):
     conn.send_frame("SUBSCRIBE", {"destination": f"/amq/queue/missing-{unique}", "id": "1"})
     error = conn.error_then_close()
     assert error["message"] == "not_found"
-    assert error.text == f"NOT_FOUND - no queue 'missing-{unique}' in vhost '/'"
+    assert error.text == plugin_words(f"NOT_FOUND - no queue 'missing-{unique}' in vhost '/'")
     assert rabbit.queue(f"missing-{unique}") is None
 
 

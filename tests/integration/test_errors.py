@@ -99,15 +99,6 @@ def test_what_rabbitmq_refuses_on_the_channel_closes(connected, unique):
     _closes_after(conn, "not_found")
 
 
-def test_an_ack_for_a_tag_never_delivered_closes(raw, unique):
-    # The plugin passes the ACK on to its channel, which RabbitMQ then closes.
-    conn = raw()
-    session = conn.connect()["session"]
-    conn.subscribe(f"/topic/ack-{unique}", sub_id="s", ack="client")
-    conn.send_frame("ACK", {"id": f"T_s@@{session}@@5"})
-    _closes_after(conn, "precondition_failed")
-
-
 def test_a_second_begin_starts_the_transaction_again(connected, rabbit, queues, unique):
     name = f"rebegin-{unique}"
     queues.append(name)

@@ -18,6 +18,7 @@ import pytest
 
 from tests.integration.rawstomp import RawStomp
 from tests.integration.test_operations import get
+from testkit.brokers import plugin_words
 
 SESSIONS = 20
 
@@ -96,7 +97,7 @@ def two_on_one_connection(stomp_target, bridge, dial, raw):
 def _locked(conn: RawStomp, queue: str) -> None:
     frames = conn.read_until_closed()
     assert frames and frames[0]["message"] == "resource_locked", frames
-    assert frames[0].text == (
+    assert frames[0].text == plugin_words(
         f"RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '{queue}' in vhost '/'. It "
         "could be originally declared on another connection or the exclusive property value does not "
         "match that of the original declaration.")
@@ -221,7 +222,7 @@ def test_a_token_as_passcode_without_login_acts_as_the_tokens_user(raw, tokens, 
     error = conn.error_then_close()
     assert error["message"] == "access_refused"
     write = "" if broker.version.startswith("3.") else "write "  # RabbitMQ's own text; 3.10 names no kind
-    assert error.text == (f"ACCESS_REFUSED - {write}access to exchange 'amq.direct' in vhost '/' refused for "
+    assert error.text == plugin_words(f"ACCESS_REFUSED - {write}access to exchange 'amq.direct' in vhost '/' refused for "
                           f"user '{reader}'")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from testkit.brokers import plugin_words
 
 STREAM_SUB = {"prefetch-count": "10"}
 
@@ -96,10 +97,10 @@ def test_stream_needs_prefetch_count(connected, broker, queues, unique):
     error = reader.error_then_close()
     assert error["message"] == "precondition_failed"
     if broker.version_tuple >= (4, 0):
-        assert error.text == (f"PRECONDITION_FAILED - consumer prefetch count is not set for "
+        assert error.text == plugin_words(f"PRECONDITION_FAILED - consumer prefetch count is not set for "
                               f"stream queue '{name}' in vhost '/'")
     else:
-        assert error.text == (f"PRECONDITION_FAILED - consumer prefetch count is not set for "
+        assert error.text == plugin_words(f"PRECONDITION_FAILED - consumer prefetch count is not set for "
                               f"'queue '{name}' in vhost '/''")
 
 
@@ -114,7 +115,7 @@ def test_stream_filter_headers_go_to_rabbitmq_which_decides(connected, broker, q
     if broker.version_tuple >= (3, 13):
         error = conn.error_then_close()
         assert error["message"] == "precondition_failed"
-        assert error.text == (f"PRECONDITION_FAILED - invalid arg 'x-stream-filter' for queue '{name}' in "
+        assert error.text == plugin_words(f"PRECONDITION_FAILED - invalid arg 'x-stream-filter' for queue '{name}' in "
                               "vhost '/' of queue type rabbit_classic_queue")
     else:
         assert conn.expect("RECEIPT")["receipt-id"] == "r"

@@ -27,7 +27,7 @@ SAMPLE: dict[str, object] = {
     "tracing": True, "tracing_endpoint": "http://collector.example:4318/v1/traces", "tracing_sample_ratio": 0.25,
     "redeliveries_header": "redeliveries", "mandatory": True, "resubscribe_on_cancel": True,
     "resubscribe_timeout": 7.5, "headers_bindings": True, "apollo_exclusive": True,
-    "loopback_users": ["admin", "ops"], "hide_server_info": True,
+    "loopback_users": ["admin", "ops"], "hide_server_info": True, "rabbitmq_stomp_dialect": "4.4",
     "max_frame_size": 2097152, "max_frame_size_before_login": 32768, "max_headers": 50,
     "max_header_length": 4096, "max_transactions": 4, "max_transaction_actions": 64, "max_transaction_bytes": 8388608,
     "max_subscriptions": 100, "write_buffer_high": 65536, "close_timeout": 2.0, "login_failures_per_minute": 3,
