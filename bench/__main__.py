@@ -20,6 +20,7 @@ The plugin runs inside RabbitMQ, so it has no CPU/RSS column of its own.
     python -m bench --only large,large-consume       # 1 MiB bodies in (SEND) and out (MESSAGE)
     python -m bench --before /tmp/old --only send    # an older checkout's bridge interleaved too
     python -m bench --taskset                        # RabbitMQ on one core, bridge and client on the other
+    python -m bench --broker 4.4 --only send,consume,pingpong   # against 4.4's native STOMP (preview)
 
 ``cpu/rabbit``: the bridge's CPU per message over RabbitMQ's CPU per message with its own
 plugin in the same run: what the STOMP work costs in the bridge against what it cost in the
@@ -129,7 +130,7 @@ def summarize(runs: list[dict]) -> dict:
 
 def print_table(results: dict) -> None:
     rows = [("scenario", "bridge", "native", "ratio", "CPU s", "µs/msg (usr+sys)", "cpu/rabbit", "rabbit µs b/n",
-             "cores b/n", "RSS MB", "rcpt ooo b/n")]
+             "rabbit b/n", "stack/n", "cores b/n", "RSS MB", "rcpt ooo b/n")]
     for res in results.values():
         n = res["targets"]["native"]
         for who in [t for t in res["targets"] if t != "native"]:
@@ -141,6 +142,14 @@ def print_table(results: dict) -> None:
                        if "cpu_us_per_msg_median" in b and n.get("broker_cpu_us_per_msg_median") else "-")
             rabbit = (f"{b['broker_cpu_us_per_msg_median']:.0f}/{n['broker_cpu_us_per_msg_median']:.0f}"
                       if "broker_cpu_us_per_msg_median" in b else "-")
+            # RabbitMQ behind the bridge over RabbitMQ with its own STOMP, and the whole stack
+            # (bridge + RabbitMQ behind it) over RabbitMQ alone: issue 36's two CPU targets.
+            behind = stack = "-"
+            if "broker_cpu_us_per_msg_median" in b and n.get("broker_cpu_us_per_msg_median"):
+                behind = f"{b['broker_cpu_us_per_msg_median'] / n['broker_cpu_us_per_msg_median']:.2f}"
+                if "cpu_us_per_msg_median" in b:
+                    total = b["broker_cpu_us_per_msg_median"] + b["cpu_us_per_msg_median"]
+                    stack = f"{total / n['broker_cpu_us_per_msg_median']:.2f}"
             cores = f"{b['cores_busy_median']:.2f}/{n['cores_busy_median']:.2f}"
             rss = f"{b['peak_rss_mb_max']:.0f}" if "peak_rss_mb_max" in b else "-"
             ooo = (f"{sum(b['receipts_out_of_order'])}/{sum(n['receipts_out_of_order'])}"
@@ -152,18 +161,19 @@ def print_table(results: dict) -> None:
                     first = i == 0
                     rows.append((f"{label} {p}" if first else f"  {p}", f"{bv:.3f}", f"{nv:.3f}",
                                  f"{bv / nv:.2f}", cpu if first else "", us if first else "",
-                                 against if first else "", rabbit if first else "", cores if first else "",
-                                 rss if first else "", ""))
+                                 against if first else "", rabbit if first else "", behind if first else "",
+                                 stack if first else "", cores if first else "", rss if first else "", ""))
             else:
                 rows.append((label, f"{b['median']:.0f}", f"{n['median']:.0f}", f"{b['median'] / n['median']:.2f}",
-                             cpu, us, against, rabbit, cores, rss, ooo))
+                             cpu, us, against, rabbit, behind, stack, cores, rss, ooo))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(c.ljust(widths[0]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(row)).rstrip())
     print("CPU s: bridge process utime+stime per run (median); µs/msg: the same over the timed part, per "
           "message (SEND, delivery, round trip; large: per message of --large-size), user + system; cpu/rabbit: "
           "that over RabbitMQ's CPU per message with its own plugin; rabbit µs b/n: RabbitMQ's CPU per message "
-          "behind the bridge / with its own plugin; cores b/n: bridge, RabbitMQ and client CPU over the run's time "
+          "behind the bridge / with its own plugin; rabbit b/n: their ratio; stack/n: (bridge + RabbitMQ behind it) "
+          "over RabbitMQ with its own plugin; cores b/n: bridge, RabbitMQ and client CPU over the run's time "
           "(near the machine's core count, the cores limited the run); RSS MB: highest bridge VmHWM over the runs; "
           "rcpt ooo: receipts out of frame order, all runs, bridge/native; (before): the --before checkout's bridge")
 
@@ -209,8 +219,9 @@ def main() -> int:
     ap.add_argument("--large-messages", type=int, default=400, help="large: SENDs per run")
     ap.add_argument("--large-size", type=int, default=2**20, help="large: body bytes (more than 4 MiB needs a raised "
                     "max_frame_size on both: STOMP_BRIDGE_MAX_FRAME_SIZE, stomp.max_frame_size)")
-    ap.add_argument("--broker", choices=["4.3", "4.0", "system"],
-                    help="a local test broker (testkit.brokers): sets the bridge's amqp_url, --native-port and --api")
+    ap.add_argument("--broker", choices=["4.4", "4.4-preview", "4.3", "4.0", "system"],
+                    help="a local test broker (testkit.brokers): sets the bridge's amqp_url, --native-port and --api "
+                    "(4.4, alias 4.4-preview: RabbitMQ 4.4's native STOMP compiled onto 4.3.6 by scripts/rabbitmq4)")
     ap.add_argument("--only", default=",".join(ALL), help=f"comma-separated subset of {','.join(ALL)}")
     ap.add_argument("--connections", type=int, default=1000, help="idle: STOMP connections to hold")
     ap.add_argument("--hold", type=float, default=30.0, help="idle: seconds to hold them")
@@ -234,6 +245,7 @@ def main() -> int:
                     help="RabbitMQ on core 0 in every run (bridge's and plugin's), the bridges and the client on core 1")
     args = ap.parse_args()
     if args.broker:
+        args.broker = "4.4" if args.broker == "4.4-preview" else args.broker
         broker = local(args.broker)
         os.environ["STOMP_BRIDGE_AMQP_URL"] = broker.amqp_url
         args.native_port, args.api = broker.stomp_port, broker.api_url
@@ -303,6 +315,11 @@ def main() -> int:
             if plugin_us and "cpu_us_per_msg_median" in targets_out["bridge"]:
                 # the bridge's CPU per message over RabbitMQ's with its own plugin: the column
                 report["scenarios"][name]["cpu_ratio"] = targets_out["bridge"]["cpu_us_per_msg_median"] / plugin_us
+                behind_us = targets_out["bridge"].get("broker_cpu_us_per_msg_median")
+                if behind_us is not None:
+                    report["scenarios"][name]["rabbit_behind_ratio"] = behind_us / plugin_us
+                    report["scenarios"][name]["stack_ratio"] = (
+                        behind_us + targets_out["bridge"]["cpu_us_per_msg_median"]) / plugin_us
         if report["scenarios"]:
             print()
             print_table(report["scenarios"])
