@@ -47,6 +47,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 
+from bench.fanout_many import Case, print_cases, run_matrix
 from bench.idle import run_idle
 from bench.procstat import Probe, pin, start_bridge, unpin
 from testkit.bridgeproc import find_listener
@@ -57,7 +58,8 @@ from testkit.ports import free_port
 from testkit.stomp import ClientError
 
 AB_SCENARIOS = ["send-persistent", "send", "consume", "fanout", "pingpong", "large", "large-consume"]
-ALL = [*AB_SCENARIOS, "idle"]
+ALL = [*AB_SCENARIOS, "idle", "fanout-many", "fanout-bridges"]
+DEFAULT = [*AB_SCENARIOS, "idle"]  # the fan-out ones take minutes each: by --only
 
 
 Scenario = Callable[[int, Callable[[], None]], Awaitable[dict]]
@@ -222,7 +224,8 @@ def main() -> int:
     ap.add_argument("--broker", choices=["4.4", "4.4-preview", "4.3", "4.0", "system"],
                     help="a local test broker (testkit.brokers): sets the bridge's amqp_url, --native-port and --api "
                     "(4.4, alias 4.4-preview: RabbitMQ 4.4's native STOMP compiled onto 4.3.6 by scripts/rabbitmq4)")
-    ap.add_argument("--only", default=",".join(ALL), help=f"comma-separated subset of {','.join(ALL)}")
+    ap.add_argument("--only", default=",".join(DEFAULT),
+                    help=f"comma-separated subset of {','.join(ALL)} (default: all but the fanout-* ones)")
     ap.add_argument("--connections", type=int, default=1000, help="idle: STOMP connections to hold")
     ap.add_argument("--hold", type=float, default=30.0, help="idle: seconds to hold them")
     ap.add_argument("--unsafe-connections", action="store_true",
@@ -234,6 +237,20 @@ def main() -> int:
                     help="idle: CONNECT only (no subscription queue per connection in RabbitMQ)")
     ap.add_argument("--channels-per-connection", type=int, default=64,
                     help="the bridge's amqp_channels_per_connection (sessions per AMQP connection)")
+    ap.add_argument("--subscribers", type=int, default=1000, help="fanout-many/-bridges: subscribers of the topic")
+    ap.add_argument("--fanout-rates", default="10,50",
+                    help="fanout-many/-bridges: publish rates, msg/s (one below saturation, one above)")
+    ap.add_argument("--fanout-seconds", type=float, default=10.0, help="fanout-many/-bridges: seconds of publishing")
+    ap.add_argument("--fanout-ws", action="store_true", help="fanout-many/-bridges: subscribers over WebSocket")
+    ap.add_argument("--fanout-ways", default="off,on,native",
+                    help="fanout-many: the bridge with edge_fanout off, on, and RabbitMQ's own plugin")
+    ap.add_argument("--fanout-no-memory", action="store_true",
+                    help="fanout-many/-bridges: skip RabbitMQ's memory (rabbitmqctl status, seconds per call)")
+    ap.add_argument("--fanout-idle", type=float, default=5.0,
+                    help="fanout-many/-bridges: seconds of RabbitMQ's background CPU measured (and subtracted) "
+                    "with the subscribers held before publishing")
+    ap.add_argument("--fanout-drain", type=float, default=120.0,
+                    help="fanout-many/-bridges: seconds to wait after the last SEND for every delivery")
     ap.add_argument("--timeout", type=float, default=180.0, help="per run of a scenario, seconds")
     ap.add_argument("--json", metavar="PATH", help="write every run's results as JSON")
     ap.add_argument("--no-start", action="store_true", help="a bridge already runs on --bridge-port (no CPU/RSS)")
@@ -340,6 +357,37 @@ def main() -> int:
                 print_idle(idle, target)
                 if idle["errors"]:
                     status = 1
+        fanout = [s for s in ("fanout-many", "fanout-bridges") if s in only]
+        if fanout:
+            if proc is not None:  # each fan-out case starts bridges of its own (its RSS is its own)
+                proc.terminate()
+                proc.wait(15)
+                proc = None
+            broker = local(args.broker) if args.broker else None
+            kw = dict(subscribers=args.subscribers, seconds=args.fanout_seconds, ws=args.fanout_ws,
+                      native_port=args.native_port, native_ws_port=broker.ws_port if broker else None,
+                      broker=broker, broker_pid=broker_pid, rabbit=rabbit, bridge_port=args.bridge_port,
+                      settings=bridge_settings, drain=args.fanout_drain, memory=not args.fanout_no_memory,
+                      idle_s=args.fanout_idle)
+            report["fanout"] = {}
+            for name in fanout:
+                cases = ([Case(w.strip()) for w in args.fanout_ways.split(",") if w.strip()]
+                         if name == "fanout-many" else [Case("on", 1), Case("on", 2)])
+                for rate in (float(r) for r in args.fanout_rates.split(",") if r.strip()):
+                    title = (f"{name}: {args.subscribers} {'WebSocket' if args.fanout_ws else 'TCP'} subscribers of "
+                             f"one topic, {rate:g} msg/s for {args.fanout_seconds:g} s, load "
+                             f"{os.getloadavg()[0]:.1f}")
+                    print(title, flush=True)
+                    got = run_one(lambda: run_matrix(cases, args.runs, rate=rate, **kw),
+                                  args.timeout + args.runs * len(cases) * (args.fanout_seconds + args.fanout_drain
+                                                                           + args.subscribers * 0.05 + 60),
+                                  title)
+                    print()
+                    print_cases(title, got)
+                    print()
+                    report["fanout"][f"{name}@{rate:g}"] = got
+                    if any(c["lost"] or c["errors"] or c["out_of_order"] for c in got.values()):
+                        status = 1
     except (BenchError, ClientError, RuntimeError) as exc:
         print(f"\nABORTED: {exc}", file=sys.stderr)
         report["aborted"] = str(exc)
