@@ -370,6 +370,7 @@ async def run_case(case: Case, *, subscribers: int, rate: float, seconds: float,
         pids = [b.pid for b in bridges]
         rss0 = [memory_kb(p)["VmRSS"] for p in pids]
         mem0 = await asyncio.to_thread(rabbit_memory, broker) if memory else None
+        rabbit_rss0 = memory_kb(broker_pid)["VmRSS"] if broker_pid else 0
         run = FanoutRun(messages, subscribers)
         t0 = time.perf_counter()
         subs = await open_subscribers(run, ports, dest)
@@ -377,6 +378,7 @@ async def run_case(case: Case, *, subscribers: int, rate: float, seconds: float,
         await asyncio.sleep(1.0)  # let the last SUBSCRIBEs' work settle before reading memory
         rss1 = [memory_kb(p)["VmRSS"] for p in pids]
         mem1 = await asyncio.to_thread(rabbit_memory, broker) if memory else None
+        rabbit_rss1 = memory_kb(broker_pid)["VmRSS"] if broker_pid else 0
         try:
             # RabbitMQ's CPU with the subscribers held and nothing published (its statistics,
             # other users of the node), subtracted from the publishing part's below: at 10 msg/s
@@ -432,6 +434,9 @@ async def run_case(case: Case, *, subscribers: int, rate: float, seconds: float,
             "bridge_peak_rss_mb": sum(peak) / 1024 if pids else None,
             "bridge_kb_per_subscriber": (sum(rss1) - sum(rss0)) / subscribers if pids else None,
         }
+        if broker_pid:
+            out["rabbit_rss_kb_per_subscriber"] = (rabbit_rss1 - rabbit_rss0) / subscribers
+        out["rabbit_memory_before"], out["rabbit_memory_after"] = mem0, mem1
         if mem0 and mem1:
             out["rabbit_kb_per_subscriber"] = (mem1["erlang"] - mem0["erlang"]) / 1024 / subscribers
             out["rabbit_conn_queue_kb_per_subscriber"] = (
@@ -455,7 +460,9 @@ def summarize_cases(runs: list[dict]) -> dict:
     """Medians over a case's runs of every numeric figure; counts (lost, errors) summed."""
     out: dict = {"runs": len(runs)}
     for k, v in runs[0].items():
-        if k in ("lost", "errors", "out_of_order", "short_subscribers", "delivered", "expected_deliveries"):
+        if isinstance(v, dict):
+            out[k] = [r[k] for r in runs]
+        elif k in ("lost", "errors", "out_of_order", "short_subscribers", "delivered", "expected_deliveries"):
             out[k] = sum(r[k] for r in runs)
         elif isinstance(v, (int, float)) and not isinstance(v, bool):
             vals = [r[k] for r in runs if r.get(k) is not None]
@@ -475,8 +482,8 @@ def print_cases(title: str, cases: dict[str, dict], native: str = "native") -> N
 
     print(title)
     header = ("case", "rabbit µs/pub", "÷native", "rabbit µs/deliv", "bridge µs/copy", "÷native/deliv",
-              "p50 ms", "p99 ms", "rabbit kB/sub", "(conn+q)", "bridge kB/sub", "RSS MB", "delivered", "lost",
-              "errors", "client s")
+              "p50 ms", "p99 ms", "rabbit kB/sub", "(conn+q)", "(beam RSS)", "bridge kB/sub", "RSS MB", "delivered",
+              "missing", "errors", "client s")
     rows = [header]
     n = cases.get(native)
     for name, c in cases.items():
@@ -488,6 +495,7 @@ def print_cases(title: str, cases: dict[str, dict], native: str = "native") -> N
         rows.append((name, f(c.get("rabbit_us_per_published"), ".0f"), ratio, f(c.get("rabbit_us_per_delivery")),
                      f(c.get("bridge_us_per_delivery")), per, f(c.get("p50_ms")), f(c.get("p99_ms")),
                      f(c.get("rabbit_kb_per_subscriber")), f(c.get("rabbit_conn_queue_kb_per_subscriber")),
+                     f(c.get("rabbit_rss_kb_per_subscriber")),
                      f(c.get("bridge_kb_per_subscriber")), f(c.get("bridge_rss_after_mb"), ".0f"),
                      f"{c['delivered']}/{c['expected_deliveries']}", str(c["lost"]), str(c["errors"]),
                      f(c.get("client_cpu_s"), ".1f")))
