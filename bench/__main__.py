@@ -93,10 +93,15 @@ def ab_table(args: argparse.Namespace, rabbit: Management) -> dict[str, tuple[st
 
 def run_one(fn: Callable[[], Awaitable[dict]], timeout: float, what: str) -> dict:
     async def bounded() -> dict:
+        # Only this deadline is "timed out": a TimeoutError from a wait inside the scenario
+        # (testkit.stomp's Stalled is one) keeps its own text.
         try:
-            return await asyncio.wait_for(fn(), timeout)
-        except asyncio.TimeoutError:
-            raise BenchError(f"{what} timed out after {timeout:g} s") from None
+            async with asyncio.timeout(timeout) as deadline:
+                return await fn()
+        except TimeoutError as exc:
+            if deadline.expired():
+                raise BenchError(f"{what} timed out after {timeout:g} s") from None
+            raise BenchError(f"{what}: {exc or type(exc).__name__}") from None
 
     return asyncio.run(bounded())
 
