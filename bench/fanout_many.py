@@ -13,7 +13,8 @@ is counted and reported, the run fails). Three ways, interleaved, each bridge a 
 (so its RSS is this case's alone): the bridge with ``edge_fanout`` off, with it on, and
 RabbitMQ's own STOMP plugin (``--fanout-ways`` picks).
 
-Per case: RabbitMQ's CPU per *published* message (its beam over the publishing part, less what
+Per case: the queues RabbitMQ has bound to the topic (the copies it routes per published
+message: one per subscriber, or one per bridge with ``edge_fanout``), RabbitMQ's CPU per *published* message (its beam over the publishing part, less what
 it spent per second in ``--fanout-idle`` seconds just before with the subscribers held and
 nothing published: its statistics and the node's other users; the raw figure is in the JSON), the
 bridge's CPU per *delivered copy*, delivery latency p50/p99 (send to receive, one clock: the
@@ -380,6 +381,13 @@ async def run_case(case: Case, *, subscribers: int, rate: float, seconds: float,
         rss1 = [memory_kb(p)["VmRSS"] for p in pids]
         mem1 = await asyncio.to_thread(rabbit_memory, broker) if memory else None
         rabbit_rss1 = memory_kb(broker_pid)["VmRSS"] if broker_pid else 0
+        # The copies RabbitMQ routes per published message: the queues bound to the topic (one
+        # per subscriber, or one per bridge with edge_fanout), a count the machine's load does
+        # not move, where RabbitMQ's CPU per published message at a few per second does.
+        try:
+            queues: int | None = len(await asyncio.to_thread(rabbit.topic_queues, key))
+        except Exception:  # noqa: BLE001 - the management API is optional here
+            queues = None
         try:
             # RabbitMQ's CPU with the subscribers held and nothing published (its statistics,
             # other users of the node), subtracted from the publishing part's below: at 10 msg/s
@@ -423,6 +431,10 @@ async def run_case(case: Case, *, subscribers: int, rate: float, seconds: float,
             "errors": len(run.errors), "error_first": run.errors[0] if run.errors else None,
             "short_subscribers": sum(1 for s in subs if s.count < messages),
             "open_s": open_s, "publish_s": publish_s, "elapsed_s": elapsed,
+            # below ``rate`` when the publisher's SENDs were not taken (the bridge or RabbitMQ
+            # saturated) or the client did not get the CPU to keep its schedule
+            "achieved_rate": messages / publish_s if publish_s else None,
+            "rabbit_queues": queues,
             "rabbit_cpu_s": bcpu, "rabbit_cpu_raw_s": bcpu_raw, "rabbit_idle_cores": idle_rate,
             "bridge_idle_cores": bridge_idle_rate if pids else None,
             "rabbit_us_per_published_raw": bcpu_raw / messages * 1e6 if bcpu_raw is not None else None, "bridge_cpu_s": sum(cpu) if pids else None, "client_cpu_s": ccpu,
@@ -484,8 +496,8 @@ def print_cases(title: str, cases: dict[str, dict], native: str = "native") -> N
         return "-" if v is None else format(v, fmt)
 
     print(title)
-    header = ("case", "rabbit µs/pub", "÷native", "rabbit µs/deliv", "bridge µs/copy", "÷native/deliv",
-              "p50 ms", "p99 ms", "rabbit kB/sub", "(conn+q)", "(beam RSS)", "bridge kB/sub", "RSS MB", "delivered",
+    header = ("case", "queues", "rabbit µs/pub", "÷native", "rabbit µs/deliv", "bridge µs/copy", "÷native/deliv",
+              "p50 ms", "p99 ms", "msg/s sent", "rabbit kB/sub", "(conn+q)", "(beam RSS)", "bridge kB/sub", "RSS MB", "delivered",
               "missing", "errors", "client s")
     rows = [header]
     n = cases.get(native)
@@ -495,8 +507,9 @@ def print_cases(title: str, cases: dict[str, dict], native: str = "native") -> N
             ratio = f"{c['rabbit_us_per_published'] / n['rabbit_us_per_published']:.4f}"
         if n and n.get("rabbit_us_per_delivery") and c.get("bridge_us_per_delivery") is not None:
             per = f"{c['bridge_us_per_delivery'] / n['rabbit_us_per_delivery']:.2f}"
-        rows.append((name, f(c.get("rabbit_us_per_published"), ".0f"), ratio, f(c.get("rabbit_us_per_delivery")),
+        rows.append((name, f(c.get("rabbit_queues"), ".0f"), f(c.get("rabbit_us_per_published"), ".0f"), ratio, f(c.get("rabbit_us_per_delivery")),
                      f(c.get("bridge_us_per_delivery")), per, f(c.get("p50_ms")), f(c.get("p99_ms")),
+                     f(c.get("achieved_rate")),
                      f(c.get("rabbit_kb_per_subscriber")), f(c.get("rabbit_conn_queue_kb_per_subscriber")),
                      f(c.get("rabbit_rss_kb_per_subscriber")),
                      f(c.get("bridge_kb_per_subscriber")), f(c.get("bridge_rss_after_mb"), ".0f"),
