@@ -14,14 +14,15 @@ is counted and reported, the run fails). Three ways, interleaved, each bridge a 
 RabbitMQ's own STOMP plugin (``--fanout-ways`` picks).
 
 Per case: the queues RabbitMQ has bound to the topic (the copies it routes per published
-message: one per subscriber, or one per bridge with ``edge_fanout``), RabbitMQ's CPU per *published* message (its beam over the publishing part, less what
-it spent per second in ``--fanout-idle`` seconds just before with the subscribers held and
-nothing published: its statistics and the node's other users; the raw figure is in the JSON), the
-bridge's CPU per *delivered copy*, delivery latency p50/p99 (send to receive, one clock: the
-publisher and the subscribers are this process), the client's own CPU (near a core, the client
-limited the run), and memory per subscriber on both sides: RabbitMQ's node memory
-(``rabbitmqctl status``: the Erlang VM's total, and its connection + queue process parts)
-before and after subscribing, over N; the bridge's RSS before and after, over N.
+message: one per subscriber, or one per bridge with ``edge_fanout``); RabbitMQ's CPU per
+*published* message (its beam over the publishing part, less what it spent per second in
+``--fanout-idle`` seconds just before with the subscribers held and nothing published: its
+statistics and the node's other users; the raw figure is in the JSON); the bridge's CPU per
+*delivered copy*; delivery latency p50/p99 (send to receive, one clock: the publisher and the
+subscribers are this process); the publish rate achieved; the client's own CPU (near a core,
+the client limited the run); and memory per subscriber on both sides: RabbitMQ's node memory
+(``rabbitmqctl status``: the Erlang VM's total, its connection + queue process parts, and the
+beam's RSS) before and after subscribing, over N; the bridge's RSS before and after, over N.
 
 ``fanout-bridges``: the same N subscribers spread over two bridges (both ``edge_fanout`` on,
 the publisher on the first) against all on one: RabbitMQ's CPU per published message should
