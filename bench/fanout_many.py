@@ -45,6 +45,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 
+from testkit.bridgeproc import find_listener
 from testkit.brokers import LocalBroker
 from testkit.management import Management
 from testkit.stats import percentile
@@ -332,6 +333,17 @@ async def publish_at(port: int, dest: str, messages: int, rate: float) -> tuple[
         raise
 
 
+async def wait_listening(port: int, bridge: subprocess.Popen, timeout: float = 10.0) -> None:
+    """Until ``bridge`` itself listens on ``port`` (another process's listener does not count)."""
+    deadline = time.monotonic() + timeout
+    while await asyncio.to_thread(find_listener, port) != bridge.pid:
+        if bridge.poll() is not None:
+            raise BenchError(f"the bridge exited with {bridge.returncode} before listening on {port}")
+        if time.monotonic() > deadline:
+            raise BenchError(f"the bridge did not listen on its WebSocket port {port} within {timeout:g} s")
+        await asyncio.sleep(0.05)
+
+
 @dataclass
 class Case:
     """One way to run: ``ways`` ``off``/``on`` (a fresh bridge each, edge_fanout so), ``native``;
@@ -367,7 +379,10 @@ async def run_case(case: Case, *, subscribers: int, rate: float, seconds: float,
                 extra = {**settings, "edge_fanout": "true" if case.way == "on" else "false"}
                 if ws:
                     extra["ws_port"] = str(stomp_port + 1)
-                bridges.append(await asyncio.to_thread(start_bridge, stomp_port, extra))
+                bridge = await asyncio.to_thread(start_bridge, stomp_port, extra)
+                bridges.append(bridge)
+                if ws:  # start_bridge waited for the TCP listener; the WebSocket one may come after
+                    await wait_listening(stomp_port + 1, bridge)
                 ports.append((stomp_port + 1, "/ws") if ws else (stomp_port, None))
             publish_port = bridge_port
         pids = [b.pid for b in bridges]
