@@ -20,6 +20,7 @@ The plugin runs inside RabbitMQ, so it has no CPU/RSS column of its own.
     python -m bench --only large,large-consume       # 1 MiB bodies in (SEND) and out (MESSAGE)
     python -m bench --before /tmp/old --only send    # an older checkout's bridge interleaved too
     python -m bench --taskset                        # RabbitMQ on one core, bridge and client on the other
+    python -m bench --broker 4.4 --only send,consume,pingpong   # against 4.4's native STOMP (preview)
 
 ``cpu/rabbit``: the bridge's CPU per message over RabbitMQ's CPU per message with its own
 plugin in the same run: what the STOMP work costs in the bridge against what it cost in the
@@ -46,6 +47,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 
+from bench.fanout_many import Case, print_cases, run_matrix
 from bench.idle import run_idle
 from bench.procstat import Probe, pin, start_bridge, unpin
 from testkit.bridgeproc import find_listener
@@ -56,7 +58,8 @@ from testkit.ports import free_port
 from testkit.stomp import ClientError
 
 AB_SCENARIOS = ["send-persistent", "send", "consume", "fanout", "pingpong", "large", "large-consume"]
-ALL = [*AB_SCENARIOS, "idle"]
+ALL = [*AB_SCENARIOS, "idle", "fanout-many", "fanout-bridges"]
+DEFAULT = [*AB_SCENARIOS, "idle"]  # the fan-out ones take minutes each: by --only
 
 
 Scenario = Callable[[int, Callable[[], None]], Awaitable[dict]]
@@ -90,10 +93,15 @@ def ab_table(args: argparse.Namespace, rabbit: Management) -> dict[str, tuple[st
 
 def run_one(fn: Callable[[], Awaitable[dict]], timeout: float, what: str) -> dict:
     async def bounded() -> dict:
+        # Only this deadline is "timed out": a TimeoutError from a wait inside the scenario
+        # (testkit.stomp's Stalled is one) keeps its own text.
         try:
-            return await asyncio.wait_for(fn(), timeout)
-        except asyncio.TimeoutError:
-            raise BenchError(f"{what} timed out after {timeout:g} s") from None
+            async with asyncio.timeout(timeout) as deadline:
+                return await fn()
+        except TimeoutError as exc:
+            if deadline.expired():
+                raise BenchError(f"{what} timed out after {timeout:g} s") from None
+            raise BenchError(f"{what}: {exc or type(exc).__name__}") from None
 
     return asyncio.run(bounded())
 
@@ -129,7 +137,7 @@ def summarize(runs: list[dict]) -> dict:
 
 def print_table(results: dict) -> None:
     rows = [("scenario", "bridge", "native", "ratio", "CPU s", "µs/msg (usr+sys)", "cpu/rabbit", "rabbit µs b/n",
-             "cores b/n", "RSS MB", "rcpt ooo b/n")]
+             "rabbit b/n", "stack/n", "cores b/n", "RSS MB", "rcpt ooo b/n")]
     for res in results.values():
         n = res["targets"]["native"]
         for who in [t for t in res["targets"] if t != "native"]:
@@ -141,6 +149,14 @@ def print_table(results: dict) -> None:
                        if "cpu_us_per_msg_median" in b and n.get("broker_cpu_us_per_msg_median") else "-")
             rabbit = (f"{b['broker_cpu_us_per_msg_median']:.0f}/{n['broker_cpu_us_per_msg_median']:.0f}"
                       if "broker_cpu_us_per_msg_median" in b else "-")
+            # RabbitMQ behind the bridge over RabbitMQ with its own STOMP, and the whole stack
+            # (bridge + RabbitMQ behind it) over RabbitMQ alone: issue 36's two CPU targets.
+            behind = stack = "-"
+            if "broker_cpu_us_per_msg_median" in b and n.get("broker_cpu_us_per_msg_median"):
+                behind = f"{b['broker_cpu_us_per_msg_median'] / n['broker_cpu_us_per_msg_median']:.2f}"
+                if "cpu_us_per_msg_median" in b:
+                    total = b["broker_cpu_us_per_msg_median"] + b["cpu_us_per_msg_median"]
+                    stack = f"{total / n['broker_cpu_us_per_msg_median']:.2f}"
             cores = f"{b['cores_busy_median']:.2f}/{n['cores_busy_median']:.2f}"
             rss = f"{b['peak_rss_mb_max']:.0f}" if "peak_rss_mb_max" in b else "-"
             ooo = (f"{sum(b['receipts_out_of_order'])}/{sum(n['receipts_out_of_order'])}"
@@ -152,18 +168,19 @@ def print_table(results: dict) -> None:
                     first = i == 0
                     rows.append((f"{label} {p}" if first else f"  {p}", f"{bv:.3f}", f"{nv:.3f}",
                                  f"{bv / nv:.2f}", cpu if first else "", us if first else "",
-                                 against if first else "", rabbit if first else "", cores if first else "",
-                                 rss if first else "", ""))
+                                 against if first else "", rabbit if first else "", behind if first else "",
+                                 stack if first else "", cores if first else "", rss if first else "", ""))
             else:
                 rows.append((label, f"{b['median']:.0f}", f"{n['median']:.0f}", f"{b['median'] / n['median']:.2f}",
-                             cpu, us, against, rabbit, cores, rss, ooo))
+                             cpu, us, against, rabbit, behind, stack, cores, rss, ooo))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(c.ljust(widths[0]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(row)).rstrip())
     print("CPU s: bridge process utime+stime per run (median); µs/msg: the same over the timed part, per "
           "message (SEND, delivery, round trip; large: per message of --large-size), user + system; cpu/rabbit: "
           "that over RabbitMQ's CPU per message with its own plugin; rabbit µs b/n: RabbitMQ's CPU per message "
-          "behind the bridge / with its own plugin; cores b/n: bridge, RabbitMQ and client CPU over the run's time "
+          "behind the bridge / with its own plugin; rabbit b/n: their ratio; stack/n: (bridge + RabbitMQ behind it) "
+          "over RabbitMQ with its own plugin; cores b/n: bridge, RabbitMQ and client CPU over the run's time "
           "(near the machine's core count, the cores limited the run); RSS MB: highest bridge VmHWM over the runs; "
           "rcpt ooo: receipts out of frame order, all runs, bridge/native; (before): the --before checkout's bridge")
 
@@ -209,9 +226,11 @@ def main() -> int:
     ap.add_argument("--large-messages", type=int, default=400, help="large: SENDs per run")
     ap.add_argument("--large-size", type=int, default=2**20, help="large: body bytes (more than 4 MiB needs a raised "
                     "max_frame_size on both: STOMP_BRIDGE_MAX_FRAME_SIZE, stomp.max_frame_size)")
-    ap.add_argument("--broker", choices=["4.3", "4.0", "system"],
-                    help="a local test broker (testkit.brokers): sets the bridge's amqp_url, --native-port and --api")
-    ap.add_argument("--only", default=",".join(ALL), help=f"comma-separated subset of {','.join(ALL)}")
+    ap.add_argument("--broker", choices=["4.4", "4.4-preview", "4.3", "4.0", "system"],
+                    help="a local test broker (testkit.brokers): sets the bridge's amqp_url, --native-port and --api "
+                    "(4.4, alias 4.4-preview: RabbitMQ 4.4's native STOMP compiled onto 4.3.6 by scripts/rabbitmq4)")
+    ap.add_argument("--only", default=",".join(DEFAULT),
+                    help=f"comma-separated subset of {','.join(ALL)} (default: all but the fanout-* ones)")
     ap.add_argument("--connections", type=int, default=1000, help="idle: STOMP connections to hold")
     ap.add_argument("--hold", type=float, default=30.0, help="idle: seconds to hold them")
     ap.add_argument("--unsafe-connections", action="store_true",
@@ -223,6 +242,20 @@ def main() -> int:
                     help="idle: CONNECT only (no subscription queue per connection in RabbitMQ)")
     ap.add_argument("--channels-per-connection", type=int, default=64,
                     help="the bridge's amqp_channels_per_connection (sessions per AMQP connection)")
+    ap.add_argument("--subscribers", type=int, default=1000, help="fanout-many/-bridges: subscribers of the topic")
+    ap.add_argument("--fanout-rates", default="10,50",
+                    help="fanout-many/-bridges: publish rates, msg/s (one below saturation, one above)")
+    ap.add_argument("--fanout-seconds", type=float, default=10.0, help="fanout-many/-bridges: seconds of publishing")
+    ap.add_argument("--fanout-ws", action="store_true", help="fanout-many/-bridges: subscribers over WebSocket")
+    ap.add_argument("--fanout-ways", default="off,on,native",
+                    help="fanout-many: the bridge with edge_fanout off, on, and RabbitMQ's own plugin")
+    ap.add_argument("--fanout-no-memory", action="store_true",
+                    help="fanout-many/-bridges: skip RabbitMQ's memory (rabbitmqctl status, seconds per call)")
+    ap.add_argument("--fanout-idle", type=float, default=5.0,
+                    help="fanout-many/-bridges: seconds of RabbitMQ's background CPU measured (and subtracted) "
+                    "with the subscribers held before publishing")
+    ap.add_argument("--fanout-drain", type=float, default=120.0,
+                    help="fanout-many/-bridges: seconds to wait after the last SEND for every delivery")
     ap.add_argument("--timeout", type=float, default=180.0, help="per run of a scenario, seconds")
     ap.add_argument("--json", metavar="PATH", help="write every run's results as JSON")
     ap.add_argument("--no-start", action="store_true", help="a bridge already runs on --bridge-port (no CPU/RSS)")
@@ -234,6 +267,7 @@ def main() -> int:
                     help="RabbitMQ on core 0 in every run (bridge's and plugin's), the bridges and the client on core 1")
     args = ap.parse_args()
     if args.broker:
+        args.broker = "4.4" if args.broker == "4.4-preview" else args.broker
         broker = local(args.broker)
         os.environ["STOMP_BRIDGE_AMQP_URL"] = broker.amqp_url
         args.native_port, args.api = broker.stomp_port, broker.api_url
@@ -303,6 +337,11 @@ def main() -> int:
             if plugin_us and "cpu_us_per_msg_median" in targets_out["bridge"]:
                 # the bridge's CPU per message over RabbitMQ's with its own plugin: the column
                 report["scenarios"][name]["cpu_ratio"] = targets_out["bridge"]["cpu_us_per_msg_median"] / plugin_us
+                behind_us = targets_out["bridge"].get("broker_cpu_us_per_msg_median")
+                if behind_us is not None:
+                    report["scenarios"][name]["rabbit_behind_ratio"] = behind_us / plugin_us
+                    report["scenarios"][name]["stack_ratio"] = (
+                        behind_us + targets_out["bridge"]["cpu_us_per_msg_median"]) / plugin_us
         if report["scenarios"]:
             print()
             print_table(report["scenarios"])
@@ -323,6 +362,37 @@ def main() -> int:
                 print_idle(idle, target)
                 if idle["errors"]:
                     status = 1
+        fanout = [s for s in ("fanout-many", "fanout-bridges") if s in only]
+        if fanout:
+            if proc is not None:  # each fan-out case starts bridges of its own (its RSS is its own)
+                proc.terminate()
+                proc.wait(15)
+                proc = None
+            broker = local(args.broker) if args.broker else None
+            kw = dict(subscribers=args.subscribers, seconds=args.fanout_seconds, ws=args.fanout_ws,
+                      native_port=args.native_port, native_ws_port=broker.ws_port if broker else None,
+                      broker=broker, broker_pid=broker_pid, rabbit=rabbit, bridge_port=args.bridge_port,
+                      settings=bridge_settings, drain=args.fanout_drain, memory=not args.fanout_no_memory,
+                      idle_s=args.fanout_idle)
+            report["fanout"] = {}
+            for name in fanout:
+                cases = ([Case(w.strip()) for w in args.fanout_ways.split(",") if w.strip()]
+                         if name == "fanout-many" else [Case("on", 1), Case("on", 2)])
+                for rate in (float(r) for r in args.fanout_rates.split(",") if r.strip()):
+                    title = (f"{name}: {args.subscribers} {'WebSocket' if args.fanout_ws else 'TCP'} subscribers of "
+                             f"one topic, {rate:g} msg/s for {args.fanout_seconds:g} s, load "
+                             f"{os.getloadavg()[0]:.1f}")
+                    print(title, flush=True)
+                    got = run_one(lambda: run_matrix(cases, args.runs, rate=rate, **kw),
+                                  args.timeout + args.runs * len(cases) * (args.fanout_seconds + args.fanout_drain
+                                                                           + args.subscribers * 0.05 + 60),
+                                  title)
+                    print()
+                    print_cases(title, got)
+                    print()
+                    report["fanout"][f"{name}@{rate:g}"] = got
+                    if any(c["lost"] or c["errors"] or c["out_of_order"] for c in got.values()):
+                        status = 1
     except (BenchError, ClientError, RuntimeError) as exc:
         print(f"\nABORTED: {exc}", file=sys.stderr)
         report["aborted"] = str(exc)

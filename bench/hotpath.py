@@ -275,7 +275,7 @@ def measure_windowed(checkout: str, scenario: str, args: argparse.Namespace) -> 
 def main() -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.hotpath", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--broker", choices=["4.3", "4.0", "system"])
+    ap.add_argument("--broker", choices=["4.4", "4.3", "4.0", "system"])
     ap.add_argument("--checkout", action="append", default=[],
                     help="measure the bridge of this checkout (repeatable; default: this one)")
     ap.add_argument("--port", type=int, default=61653)

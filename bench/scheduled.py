@@ -88,7 +88,7 @@ async def main_async(args: argparse.Namespace, broker_pid: int | None) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--broker", choices=["4.3", "4.0", "system"], default="4.3")
+    ap.add_argument("--broker", choices=["4.4", "4.3", "4.0", "system"], default="4.3")
     ap.add_argument("--delays", default="1000,10000,300000", help="comma-separated delays in ms")
     ap.add_argument("--messages", type=int, default=10_000)
     ap.add_argument("--size", type=int, default=100, help="body bytes")

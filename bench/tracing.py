@@ -89,7 +89,7 @@ def main() -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--messages", type=int, default=20000, help="per run and scenario")
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--broker", choices=["4.3", "4.0", "system"], default="system")
+    ap.add_argument("--broker", choices=["4.4", "4.3", "4.0", "system"], default="system")
     ap.add_argument("--only", default="send,consume")
     ap.add_argument("--json", metavar="PATH")
     args = ap.parse_args()

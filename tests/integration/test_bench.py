@@ -110,3 +110,33 @@ def test_the_tracing_bench_measures_each_mode_and_every_sampled_span_reaches_its
     assert all(mode["cpu_us_per_msg"] >= 0 for mode in report["summary"]["send"].values())
     (sampled,) = report["runs"]["send"]["sampled"]
     assert sampled["spans"] == sampled["spans_expected"] == 800  # SEND + publish, each
+
+
+@pytest.mark.skipif(os.environ.get("STOMP_BRIDGE_TEST_TARGET") == "native", reason="runs both sides itself")
+@pytest.mark.parametrize("websocket", [False, True], ids=["tcp", "websocket"])
+def test_the_fanout_many_bench_counts_every_delivery_with_edge_fanout_off_on_and_the_plugin(broker, tmp_path,
+                                                                                          websocket):
+    """fanout-many, short (20 subscribers, 20 messages): a fresh bridge with edge_fanout off, one
+    with it on, and the plugin, over TCP and over WebSocket (the bench's own minimal client);
+    every copy delivered in order, and each case's figures present."""
+    if broker.local is None:
+        pytest.skip("RabbitMQ's CPU is read from /proc and web-stomp's port is known: a local broker only")
+    out = tmp_path / "fanout.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--runs", "1", "--only", "fanout-many", "--broker", broker.local.name,
+         "--subscribers", "20", "--fanout-rates", "20", "--fanout-seconds", "1", "--fanout-idle", "0.2",
+         "--fanout-no-memory", "--bridge-port", str(free_port()), "--json", str(out),
+         *(["--fanout-ws"] if websocket else [])],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    cases = json.loads(out.read_text())["fanout"]["fanout-many@20"]
+    assert set(cases) == {"off", "on", "native"}
+    for name, case in cases.items():
+        assert case["delivered"] == case["expected_deliveries"] == 400, (name, case)
+        assert case["lost"] == case["errors"] == case["out_of_order"] == 0, (name, case)
+        assert case["p99_ms"] > 0 and case["rabbit_us_per_published"] is not None, (name, case)
+        assert case["websocket"] is websocket
+    for name in ("off", "on"):
+        assert cases[name]["bridge_us_per_delivery"] >= 0 and cases[name]["bridge_rss_after_mb"] > 0
+    assert "bridge µs/copy" in done.stdout
