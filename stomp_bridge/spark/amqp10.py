@@ -139,6 +139,35 @@ def decode(message) -> tuple[bytes, dict[str, str] | None, str | None, int | Non
     return body, headers or None, message_id, created, destination
 
 
+DURABLE = b"\x00\x53\x70\xc0\x02\x01\x41"  # a header section: durable = true (STOMP's persistent)
+
+
+def chunk_bodies(data: bytes, entries: int, start: int, stop: int) -> list[bytes] | None:
+    """The bodies of entries ``start`` to ``stop`` of a chunk's data when every message there is
+    only a data section under 256 bytes (what rstream and most stream producers write); None
+    otherwise (sub-entry batches, properties, larger bodies: ``entries`` + ``decode`` then)."""
+    unpack = _U32.unpack_from
+    pos = 0
+    for _ in range(start):
+        if data[pos] & 0x80:
+            return None
+        pos += 4 + unpack(data, pos)[0]
+    bodies = []
+    append = bodies.append
+    for _ in range(stop - start):
+        size = unpack(data, pos)[0]
+        at = pos + 4
+        if data[at + 2] == 0x70:  # Spark's own writes: durable, then the data
+            if data[at:at + 7] != DURABLE:
+                return None
+            at += 7
+        if size & 0x80000000 or data[at:at + 4] != b"\x00\x53\x75\xa0" or data[at + 4] != pos + 4 + size - at - 5:
+            return None
+        append(data[at + 5:pos + 4 + size])
+        pos += 4 + size
+    return bodies
+
+
 def _str(code_short: int, code_long: int, text: bytes) -> bytes:
     if len(text) < 256:
         return bytes((code_short, len(text))) + text
@@ -150,10 +179,11 @@ def _list(items: list[bytes]) -> bytes:
     return b"\xd0" + _U32.pack(len(payload) + 4) + _U32.pack(len(items)) + payload
 
 
-def encode(body: bytes, headers: dict[str, str] | None = None, content_type: str | None = None) -> bytes:
-    """One message: properties (content-type), application-properties (``headers``, strings) and
-    the body as one data section."""
-    out = bytearray()
+def encode(body: bytes, headers: dict[str, str] | None = None, content_type: str | None = None,
+           durable: bool = True) -> bytes:
+    """One message: header (durable: STOMP consumers see ``persistent:true``), properties
+    (content-type), application-properties (``headers``, strings) and the body as one data section."""
+    out = bytearray(DURABLE if durable else b"")
     if content_type is not None:
         fields = [b"\x40"] * 6 + [_str(0xA3, 0xB3, content_type.encode())]
         out += b"\x00\x53\x73" + _list(fields)

@@ -14,6 +14,7 @@ import io
 from datetime import datetime, timezone
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from stomp_bridge.spark.rows import RAW_COLUMNS, json_parser
@@ -31,7 +32,7 @@ def arrow_schema(spark_schema) -> pa.Schema:
 class Columns:
     """The raw columns of a run of messages; ``timestamps`` in milliseconds."""
 
-    __slots__ = ("bodies", "destinations", "headers", "message_ids", "offsets", "timestamps")
+    __slots__ = ("bodies", "destinations", "headers", "id_prefix", "message_ids", "offsets", "timestamps")
 
     def __init__(self) -> None:
         self.bodies: list[bytes] = []
@@ -40,6 +41,7 @@ class Columns:
         self.message_ids: list[str | None] = []
         self.offsets: list[int | None] = []
         self.timestamps: list[int | None] = []
+        self.id_prefix: str | None = None  # a missing message id: this prefix and the offset
 
     def __len__(self) -> int:
         return len(self.bodies)
@@ -67,6 +69,9 @@ def _texts(bodies: pa.Array) -> pa.Array:
 
 
 def _maps(maps: list[dict | None], kind: pa.DataType) -> pa.Array:
+    if maps.count(None) == len(maps):  # no message had headers: n empty maps
+        empty = pa.array([], pa.string())
+        return pa.MapArray.from_arrays(pa.array([0] * (len(maps) + 1), pa.int32()), empty, empty, type=kind)
     offsets, keys, values = [0], [], []
     for m in maps:
         if m:
@@ -106,8 +111,12 @@ class BatchMaker:
             destinations = pa.array(c.destinations, pa.string())
         timestamps = pa.array(c.timestamps, pa.int64()).cast(pa.timestamp("ms")).cast(
             pa.timestamp("us")).cast(f["timestamp"].type)
-        raw = [bodies, _texts(bodies), destinations, _maps(c.headers, f["headers"].type),
-               pa.array(c.message_ids, pa.string()), pa.array(c.offsets, pa.int64()), timestamps]
+        offsets = pa.array(c.offsets, pa.int64())
+        ids = pa.array(c.message_ids, pa.string())
+        if c.id_prefix is not None and ids.null_count:
+            made = pc.binary_join_element_wise(c.id_prefix, offsets.cast(pa.string()), "")
+            ids = made if ids.null_count == n else pc.coalesce(ids, made)
+        raw = [bodies, _texts(bodies), destinations, _maps(c.headers, f["headers"].type), ids, offsets, timestamps]
         arrays = (self.json_columns(c.bodies) if self.json_type is not None else []) + raw
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 

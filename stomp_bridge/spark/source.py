@@ -54,7 +54,7 @@ from stomp_bridge.spark.reading import (
     read_range,
 )
 from stomp_bridge.spark import streams
-from stomp_bridge.spark.amqp10 import Amqp10Error, decode, encode
+from stomp_bridge.spark.amqp10 import DURABLE, Amqp10Error, chunk_bodies, decode, encode
 from stomp_bridge.spark.arrow import BATCH_ROWS, BatchMaker, Columns
 from stomp_bridge.spark.rows import (
     NOT_SENDABLE,
@@ -293,27 +293,38 @@ class _Reader:
             yield maker.batch(columns)
 
     def batches_of_chunks(self, session, name: str, lo: int, hi: int, maker: BatchMaker):
-        """Stream-protocol chunks in Arrow batches: whole chunks, at least BATCH_ROWS rows a batch."""
+        """Stream-protocol chunks in Arrow batches: whole chunks, at least BATCH_ROWS rows a batch.
+
+        A chunk of plain messages (a data section each) costs one slice per body here: offsets,
+        destinations and empty headers are whole-chunk list operations, message ids are made by
+        Arrow (``<stream>@<offset>``). Any other message is decoded one by one."""
         columns = Columns()
+        columns.id_prefix = f"{name}@"
         default_destination = STREAM_PREFIX + name
-        for offset, messages, _chunk_ms in session.chunks(name, lo, hi, self.lost):
-            bodies, dests, heads, ids, offsets, stamps = (columns.bodies, columns.destinations, columns.headers,
-                                                          columns.message_ids, columns.offsets, columns.timestamps)
-            for message in messages:
-                try:
-                    body, headers, message_id, created, destination = decode(message)
-                except (Amqp10Error, IndexError, UnicodeDecodeError, TypeError):
-                    body, headers, message_id, created, destination = streams.decode_slowly(message)
-                bodies.append(body)
-                dests.append(destination or default_destination)
-                heads.append(headers)
-                ids.append(message_id or f"{name}@{offset}")
-                offsets.append(offset)
-                stamps.append(created)
-                offset += 1
+        for frame, start, stop in session.chunks(name, lo, hi, self.lost):
+            first = frame.chunk_first_offset
+            n = stop - start
+            bodies = chunk_bodies(frame.data, frame.num_entries, start, stop) if frame.num_entries == frame.num_records else None
+            if bodies is not None:
+                columns.bodies.extend(bodies)
+                columns.destinations.extend([default_destination] * n)
+                columns.headers.extend([None] * n)
+                columns.message_ids.extend([None] * n)
+                columns.offsets.extend(range(first + start, first + stop))
+                columns.timestamps.extend([None] * n)
+            else:
+                offset = first + start
+                for message in frame.get_messages()[start:stop]:
+                    try:
+                        body, headers, message_id, created, destination = decode(message)
+                    except (Amqp10Error, IndexError, UnicodeDecodeError, TypeError, ValueError):
+                        body, headers, message_id, created, destination = streams.decode_slowly(message)
+                    columns.add(body, destination or default_destination, headers, message_id, offset, created)
+                    offset += 1
             if len(columns) >= BATCH_ROWS:
                 yield maker.batch(columns)
                 columns = Columns()
+                columns.id_prefix = f"{name}@"
         if len(columns):
             yield maker.batch(columns)
 
@@ -594,6 +605,8 @@ class StompWriter(DataSourceArrowWriter):
                 return out
 
             single = None if o.super_stream else out_for(o.destination[len(STREAM_PREFIX):])
+            durable = DURABLE if o.persistent else b""
+            lead, lead_long = durable + b"\x00\x53\x75\xa0", durable + b"\x00\x53\x75\xb0"
             for batch in iterator:
                 bodies = self.bodies(batch)
                 heads = batch.column("headers").to_pylist() if self.has_headers else None
@@ -602,11 +615,11 @@ class StompWriter(DataSourceArrowWriter):
                     if heads is not None or content_type is not None:
                         h = heads[i] if heads is not None else None
                         message = encode(body, {k: v for k, v in (h or ()) if v is not None and k not in NOT_SENDABLE}
-                                         if h else None, content_type)
+                                         if h else None, content_type, o.persistent)
                     elif len(body) < 256:
-                        message = b"\x00\x53\x75\xa0" + bytes((len(body),)) + body
+                        message = lead + bytes((len(body),)) + body
                     else:
-                        message = b"\x00\x53\x75\xb0" + len(body).to_bytes(4, "big") + body
+                        message = lead_long + len(body).to_bytes(4, "big") + body
                     if single is not None:
                         out = single
                     else:

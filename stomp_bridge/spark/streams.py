@@ -119,13 +119,20 @@ class StreamSession:
                          frame_max=8 * 1024 * 1024, heartbeat=60, connection_name="stomp-bridge-spark")
         try:
             self.run(client.start(), o.connect_timeout)
+        except BaseException:
+            self.loop.close()
+            raise
+        try:
             self.run(client.authenticate(vhost=o.vhost, username=o.login or "guest",
                                          password=o.passcode or "guest"), o.connect_timeout)
-        except _exceptions.ServerError as exc:
-            self.loop.run_until_complete(client.close())
+        except StreamProtocolError as exc:
+            try:
+                self.loop.run_until_complete(asyncio.wait_for(client.close(), 5))
+            except Exception:
+                pass
             self.loop.close()
             raise StreamProtocolError(f"the stream port {self.where} refused the login of "
-                                      f"{o.login or 'guest'!r} on vhost {o.vhost!r}: {type(exc).__name__}") from exc
+                                      f"{o.login or 'guest'!r} on vhost {o.vhost!r}: {exc.__cause__ or exc}") from None
         except BaseException:
             self.loop.close()
             raise
@@ -202,7 +209,7 @@ class StreamSession:
     def tail(self, stream: str, idle: float) -> int:
         """The stream's last offset (-1: empty)."""
         frame = self.one_chunk(stream, "last", None, idle)
-        return -1 if frame is None else frame.chunk_first_offset + frame.num_entries - 1
+        return -1 if frame is None else frame.chunk_first_offset + frame.num_records - 1
 
     def first(self, stream: str, idle: float) -> int | None:
         frame = self.one_chunk(stream, "first", None, idle)
@@ -230,10 +237,9 @@ class StreamSession:
         except StreamProtocolError:
             return []
 
-    def chunks(self, stream: str, lo: int, hi: int, lost=None, credit: int = 4) -> Iterator[tuple[int, list, int]]:
-        """``(first offset, messages, chunk timestamp ms)`` of every chunk that holds ``[lo, hi)``.
-
-        Messages below ``lo`` and from ``hi`` on are dropped here; data loss goes to ``lost``."""
+    def chunks(self, stream: str, lo: int, hi: int, lost=None, credit: int = 4) -> Iterator[tuple]:
+        """``(Deliver frame, start, stop)`` for every chunk that holds ``[lo, hi)``: its entries
+        ``start`` to ``stop`` (exclusive) are the range's; data loss goes to ``lost``."""
         if hi <= lo:
             return
         sub, queue = self._subscription(stream, "offset", lo, credit)
@@ -255,15 +261,14 @@ class StreamSession:
                 if frame.chunk_type != 0:  # a tracking or trailer chunk, no messages
                     continue
                 first = frame.chunk_first_offset
-                end = first + frame.num_entries
+                end = first + frame.num_records
                 if end <= nxt:
                     continue
                 if first > nxt and lost is not None:
                     lost(DataLoss(stream, nxt, first))
-                messages = frame.get_messages()
                 start = max(nxt - first, 0)
-                stop = min(hi - first, len(messages))
-                yield first + start, messages[start:stop], frame.timestamp
+                stop = min(hi - first, frame.num_records)
+                yield frame, start, stop
                 nxt = first + stop if stop > start else end
         finally:
             if self.client is not None and self.client.is_connection_alive():
