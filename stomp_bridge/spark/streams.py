@@ -201,8 +201,13 @@ class StreamSession:
         """The first chunk a subscription gets (None within ``idle``: nothing there)."""
         sub, queue = self._subscription(stream, kind, value, 1)
         try:
-            frame = self._next(queue, idle)
-            return None if frame is DELETED else frame
+            while True:
+                frame = self._next(queue, idle)
+                if frame is None or frame is DELETED:
+                    return None
+                if frame.chunk_type == 0 and frame.num_records > 0:  # user messages, not tracking
+                    return frame
+                self.loop.run_until_complete(self.client.credit(sub, 1))
         finally:
             self._end(sub)
 
