@@ -10,7 +10,9 @@ Per run, on fresh streams of ``--rows`` small JSON messages (~60 bytes):
   client's own ceiling, the figure issue 35 compared against) and with ``amqp_decoder`` (the body
   as a user of rstream gets it);
 - a bare STOMP client reading them through the bridge (SUBSCRIBE ``x-stream-offset:first``,
-  ``prefetch-count`` 1000, ack client every 500): the bridge baseline;
+  ``prefetch-count`` 1000, ack client every 500; the connector's own client and frame parser
+  without Spark): the bridge baseline, against which the connector's STOMP path (``protocol=stomp``,
+  ``prefetch`` 1000) shows what Spark and the rows cost;
 - the connector: ``spark.read.format("stomp")...count()`` (default path: the stream protocol),
   the same with ``jsonSchema`` (3 columns), the same through the bridge (``protocol=stomp``),
   ``df.write.format("stomp")`` of ``--rows`` rows into a new stream, and a super stream of 3
@@ -157,7 +159,8 @@ def one_run(spark, args: argparse.Namespace, broker) -> dict:
         timed("spark_read", lambda: spark.read.format("stomp").options(**src).load().count())
         timed("spark_read_json", lambda: spark.read.format("stomp").options(**src, jsonSchema=SCHEMA).load()
               .where("n >= 0").count())
-        timed("spark_read_stomp", lambda: spark.read.format("stomp").options(**src, protocol="stomp").load().count())
+        timed("spark_read_stomp", lambda: spark.read.format("stomp").options(**src, protocol="stomp", prefetch="1000")
+              .load().count())
         rows = spark.range(n, numPartitions=args.partitions).selectExpr(
             "to_json(named_struct('key', concat('k', id % 97), 'n', id, 'value', id / 7)) AS body").persist()
         rows.count()

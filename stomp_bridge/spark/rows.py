@@ -24,6 +24,7 @@ RAW_SCHEMA = (
 # MESSAGE headers that are columns or only mean something on this connection.
 _NOT_IN_HEADERS = frozenset(
     ("destination", "message-id", "x-stream-offset", "subscription", "ack", "content-length", "redelivered"))
+NOT_IN_HEADERS = _NOT_IN_HEADERS
 # Headers a row's map may not set on SEND: the publisher owns them, or the server refuses them.
 NOT_SENDABLE = frozenset(("destination", "receipt", "transaction", "content-length", "message-id",
                           "subscription", "ack", "redelivered", "x-stream-offset"))

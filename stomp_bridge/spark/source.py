@@ -57,6 +57,7 @@ from stomp_bridge.spark import streams
 from stomp_bridge.spark.amqp10 import DURABLE, Amqp10Error, chunk_bodies, decode, encode
 from stomp_bridge.spark.arrow import BATCH_ROWS, BatchMaker, Columns
 from stomp_bridge.spark.rows import (
+    NOT_IN_HEADERS,
     NOT_SENDABLE,
     RAW_COLUMNS,
     RAW_SCHEMA,
@@ -280,15 +281,23 @@ class _Reader:
         log.warning("failOnDataLoss=false, skipping: %s", text.split(" To skip")[0])
 
     def batches_of_frames(self, frames: Iterator, maker: BatchMaker):
-        """STOMP MESSAGEs in Arrow batches of up to BATCH_ROWS rows."""
+        """STOMP MESSAGEs in Arrow batches of up to BATCH_ROWS rows (``rows.message_columns``,
+        inlined: this loop runs once per message)."""
         columns = Columns()
-        add = columns.add
+        hidden = NOT_IN_HEADERS
         for frame in frames:
-            add(*message_columns(frame))
-            if len(columns) >= BATCH_ROWS:
+            h = frame.headers
+            offset = h.get("x-stream-offset")
+            ts = h.get("timestamp")
+            columns.bodies.append(frame.body)
+            columns.destinations.append(h.get("destination"))
+            columns.headers.append({k: v for k, v in h.items() if k not in hidden})
+            columns.message_ids.append(h.get("message-id"))
+            columns.offsets.append(int(offset) if offset is not None else None)
+            columns.timestamps.append(int(ts) * 1000 if ts is not None and ts.lstrip("-").isdigit() else None)
+            if len(columns.bodies) >= BATCH_ROWS:
                 yield maker.batch(columns)
                 columns = Columns()
-                add = columns.add
         if len(columns):
             yield maker.batch(columns)
 
