@@ -8,9 +8,10 @@
         --super-stream orders --output /tmp/orders --checkpoint /tmp/orders-checkpoint --available-now
 
 The super stream must exist (``rabbitmq-streams add_super_stream orders --partitions 4``).
-``write`` sends each row with ``partitionKey`` = its customer, hashed as the Java, Go, .NET and
-Python stream clients do, so they and this job agree on where a customer's orders are; a task
-returns when RabbitMQ confirmed its rows (at-least-once). ``read`` is a streaming query whose
+``write`` sends each row with ``partitionKey`` = its customer, hashed as the Java, Go and .NET
+stream clients do (``--key-hash rstream``: as rstream, the Python client, does; the two differ), so
+they and this job agree on where a customer's orders are; a task returns when RabbitMQ confirmed
+its rows. ``read`` is a streaming query whose
 checkpoint keeps one offset per partition: run it again and it continues where it stopped,
 every message once in the Parquet output (exactly once); a partition added meanwhile is read
 from its first offset; offsets removed by retention before they were read fail the query
@@ -46,6 +47,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     write.add_argument("--customers", type=int, default=1000)
     write.add_argument("--tasks", type=int, default=2, help="parallel STOMP connections (default 2)")
     write.add_argument("--receipt-window", default="500", help="unconfirmed messages per connection at most")
+    write.add_argument("--key-hash", default="murmur3", choices=("murmur3", "rstream"),
+                       help="partitionKeyHash: murmur3 (Java, Go, .NET clients) or rstream (the Python client)")
     read.add_argument("--output", required=True, help="Parquet directory")
     read.add_argument("--checkpoint", required=True, help="the query's checkpoint directory")
     read.add_argument("--max-per-trigger", default=None, help="messages per micro-batch, shared by the partitions")
@@ -68,7 +71,7 @@ def write(spark: SparkSession, args: argparse.Namespace) -> int:
     rows = orders(spark, args)
     (rows.write.format("stomp").options(**connection_options(args))
      .option("superStream", args.super_stream).option("receiptWindow", args.receipt_window)
-     .mode("append").save())
+     .option("partitionKeyHash", args.key_hash).mode("append").save())
     return args.rows
 
 

@@ -11,11 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from stomp_bridge.spark.partitions import parse_offset_map
+from stomp_bridge.spark.partitions import KEY_HASHES, parse_offset_map
 
 STREAM_PREFIX = "/amq/queue/"
 DRAIN_PREFIXES = ("/queue/", "/amq/queue/")
 WRITE_PREFIXES = ("/queue/", "/amq/queue/", "/topic/", "/exchange/")
+
+
+PROTOCOLS = ("auto", "stream", "stomp")
 
 
 class OptionError(ValueError):
@@ -106,6 +109,9 @@ class ConnectionOptions:
     tls_server_name: str | None = None
     connect_timeout: float = 10.0
     read_timeout: float = 30.0
+    protocol: str = "auto"  # auto | stream | stomp: how streams are read and written (docs/spark.md)
+    stream_host: str = "127.0.0.1"  # RabbitMQ's stream port (streamHost, streamPort)
+    stream_port: int = 5552
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "ConnectionOptions":
@@ -122,6 +128,13 @@ class ConnectionOptions:
         if (login is None) != (passcode is None):
             raise OptionError("options login and passcode go together: give both or neither")
         tls = _bool(opts, "tls", False)
+        protocol = opts.get("protocol", "auto").strip().lower()
+        if protocol not in PROTOCOLS:
+            raise OptionError(f"option protocol={opts['protocol']!r} must be auto (the stream protocol for streams "
+                              "when RabbitMQ's stream port answers, else STOMP), stream or stomp")
+        stream_port = _int(opts, "streamPort", 5551 if _bool(opts, "tls", False) else 5552)
+        if stream_port > 65535:
+            raise OptionError(f"option streamPort={stream_port} is not a TCP port (1-65535)")
         tls_only = [name for name in ("tlscafile", "tlsservername", "tlsverify") if name in opts]
         if tls_only and not tls:
             raise OptionError(f"option {tls_only[0]} needs option tls=true")
@@ -137,6 +150,9 @@ class ConnectionOptions:
             tls_server_name=opts.get("tlsservername"),
             connect_timeout=float(_int(opts, "connectTimeoutMs", 10_000)) / 1000,
             read_timeout=float(_int(opts, "readTimeoutMs", 30_000)) / 1000,
+            protocol=protocol,
+            stream_host=(opts.get("streamhost") or host).strip(),
+            stream_port=stream_port,
         )
 
 
@@ -265,6 +281,7 @@ class WriteOptions:
     super_stream: str | None = None  # route each row to a partition of this super stream
     partitions: tuple[str, ...] | None = None
     routing: str | None = None  # "partitionKey" (hash) or "routingKey" (the exchange's bindings)
+    partition_key_hash: str = "murmur3"  # murmur3 (Java, Go, .NET clients) or rstream (the Python client)
 
     @classmethod
     def parse(cls, options: Mapping[str, str], columns: tuple[str, ...] = ()) -> "WriteOptions":
@@ -285,10 +302,15 @@ class WriteOptions:
         else:
             has_column = "destination" in columns
             destination = _destination(opts, WRITE_PREFIXES, "writing", required=not has_column)
+        key_hash = opts.get("partitionkeyhash", "murmur3").strip().lower()
+        if key_hash not in KEY_HASHES:
+            raise OptionError(f"option partitionKeyHash={opts['partitionkeyhash']!r} must be murmur3 (as RabbitMQ's "
+                              "Java, Go and .NET stream clients hash) or rstream (as the Python client rstream does)")
         return cls(
             super_stream=super_stream,
             partitions=partitions,
             routing=routing,
+            partition_key_hash=key_hash,
             destination=destination,
             persistent=_bool(opts, "persistent", True),
             receipt_window=_int(opts, "receiptWindow", 100),

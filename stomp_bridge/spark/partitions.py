@@ -55,9 +55,23 @@ def murmur3_32(data: bytes, seed: int = 0) -> int:
     return h
 
 
-def partition_for_key(key: str | bytes, partitions: int) -> int:
-    """The index of the partition a stream client's hash routing sends ``key`` to: Murmur3 32-bit
-    of the key's UTF-8 bytes with seed 104729, unsigned, modulo the number of partitions."""
+KEY_HASHES = ("murmur3", "rstream")
+
+
+def partition_for_key(key: str | bytes, partitions: int, hash: str = "murmur3") -> int:
+    """The index of the partition a stream client's hash routing sends ``key`` to.
+
+    ``murmur3`` (the default): the Java, Go and .NET clients' ``HashRoutingMurmurStrategy``,
+    Murmur3 x86 32-bit of the key's UTF-8 bytes with seed 104729, unsigned, modulo the number of
+    partitions. ``rstream``: rstream's (the Python client's) own, which differs: MurmurHash3 x64
+    128-bit (``mmh3.hash_bytes``) of ``bytes(key, "UTF-16")`` (a byte-order mark, then UTF-16 in
+    the machine's order) with the same seed, its 16 bytes read as a little-endian unsigned integer."""
+    if hash == "rstream":
+        import mmh3  # rstream's own dependency
+
+        text = key if isinstance(key, str) else bytes(key).decode("utf-8")
+        digest = mmh3.hash_bytes(bytes(text, "UTF-16"), MURMUR3_SEED)
+        return int.from_bytes(digest, "little", signed=False) % partitions
     data = key.encode("utf-8") if isinstance(key, str) else bytes(key)
     return murmur3_32(data, MURMUR3_SEED) % partitions
 

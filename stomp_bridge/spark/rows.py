@@ -24,6 +24,7 @@ RAW_SCHEMA = (
 # MESSAGE headers that are columns or only mean something on this connection.
 _NOT_IN_HEADERS = frozenset(
     ("destination", "message-id", "x-stream-offset", "subscription", "ack", "content-length", "redelivered"))
+NOT_IN_HEADERS = _NOT_IN_HEADERS
 # Headers a row's map may not set on SEND: the publisher owns them, or the server refuses them.
 NOT_SENDABLE = frozenset(("destination", "receipt", "transaction", "content-length", "message-id",
                           "subscription", "ack", "redelivered", "x-stream-offset"))
@@ -44,6 +45,18 @@ def raw_values(frame: Frame) -> tuple:
         timestamp = datetime.fromtimestamp(int(ts), tz=timezone.utc)
     headers = {k: v for k, v in h.items() if k not in _NOT_IN_HEADERS}
     return (body, text, h.get("destination"), headers, h.get("message-id"),
+            int(offset) if offset is not None else None, timestamp)
+
+
+def message_columns(frame: Frame) -> tuple:
+    """``Columns.add``'s arguments for one MESSAGE: body, destination, headers, message id,
+    offset, timestamp in milliseconds."""
+    h = frame.headers
+    offset = h.get("x-stream-offset")
+    ts = h.get("timestamp")
+    timestamp = int(ts) * 1000 if ts is not None and ts.lstrip("-").isdigit() else None
+    headers = {k: v for k, v in h.items() if k not in _NOT_IN_HEADERS}
+    return (frame.body, h.get("destination"), headers, h.get("message-id"),
             int(offset) if offset is not None else None, timestamp)
 
 

@@ -47,10 +47,20 @@ def spark(tmp_path_factory):
     session.stop()
 
 
-@pytest.fixture
-def stomp_options(stomp_target) -> dict[str, str]:
-    """Options that point the data source at the STOMP server under test."""
-    return {"host": stomp_target.host, "port": str(stomp_target.port), "login": "guest", "passcode": "guest"}
+def stream_port(broker) -> int:
+    """RabbitMQ's stream port of the broker under test (5552; the 4.x test brokers': testkit.brokers)."""
+    return broker.local.stream_port if broker.local is not None else 5552
+
+
+@pytest.fixture(params=["stomp", "stream"])
+def stomp_options(request, stomp_target, broker) -> dict[str, str]:
+    """Options that point the data source at the STOMP server under test, once per path: ``stomp``
+    (everything through the STOMP server) and ``stream`` (protocol=auto with the broker's stream
+    port: streams over the stream protocol, queues and exchanges through STOMP)."""
+    options = {"host": stomp_target.host, "port": str(stomp_target.port), "login": "guest", "passcode": "guest"}
+    if request.param == "stomp":
+        return {**options, "protocol": "stomp"}
+    return {**options, "streamHost": broker.host, "streamPort": str(stream_port(broker))}
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from tests.integration.rawstomp import RawStomp
+from tests.spark.conftest import stream_port
 
 
 def _bodies(df) -> list[str]:
@@ -135,9 +136,24 @@ def test_reading_a_missing_stream_fails_with_the_brokers_reason(spark, stomp_opt
 
 
 def test_unreachable_bridge_fails_with_the_address(spark, stomp_options):
-    df = spark.read.format("stomp").options(**{**stomp_options, "port": "1"}, destination="/amq/queue/x").load()
+    if stomp_options.get("protocol") == "stomp":
+        broken, expected = {"port": "1"}, "cannot connect to the STOMP server at 127.0.0.1:1"
+    else:
+        broken, expected = {"protocol": "stream", "streamPort": "1"}, "connection to the stream port 127.0.0.1:1 failed"
+    df = spark.read.format("stomp").options(**{**stomp_options, **broken}, destination="/amq/queue/x").load()
     with pytest.raises(Exception) as info:
         df.collect()
+    assert expected in str(info.value)
+
+
+def test_auto_reads_a_stream_over_the_stream_protocol_without_the_bridge(spark, stomp_target, broker, stream, publish):
+    """protocol=auto picks the stream port for a stream: the read works with the bridge unreachable."""
+    publish(f"/amq/queue/{stream}", [f"m{i}" for i in range(5)])
+    options = {"host": stomp_target.host, "port": "1", "login": "guest", "passcode": "guest",
+               "streamHost": broker.host, "streamPort": str(stream_port(broker)), "destination": f"/amq/queue/{stream}"}
+    assert _bodies(spark.read.format("stomp").options(**options).load()) == [f"m{i}" for i in range(5)]
+    with pytest.raises(Exception) as info:
+        spark.read.format("stomp").options(**options, protocol="stomp").load().collect()
     assert "cannot connect to the STOMP server at 127.0.0.1:1" in str(info.value)
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from stomp_bridge.spark.partitions import partition_for_key
 from tests.integration.rawstomp import RawStomp
-from tests.spark.conftest import consume
+from tests.spark.conftest import consume, stream_port
 
 
 def _fill(publish, name: str, counts: list[int]) -> None:
@@ -180,3 +180,92 @@ def test_fail_on_data_loss_trips_on_a_truncated_stream_and_false_skips(
         assert min(r.stream_offset for r in earliest.collect()) == first
     finally:
         rabbit.delete_queue(name)
+
+
+def _rstream_send_by_key(broker, super_stream: str, keys: list[str]) -> None:
+    """rstream's SuperStreamProducer with its hash routing (RouteType.Hash): body ``r-<key>``."""
+    import asyncio
+
+    from rstream import AMQPMessage, RouteType, SuperStreamProducer
+
+    async def send() -> None:
+        async def key_of(message):
+            return message.application_properties["key"]
+
+        async with SuperStreamProducer(broker.host, stream_port(broker), username="guest", password="guest",
+                                       super_stream=super_stream, routing=RouteType.Hash,
+                                       routing_extractor=key_of) as producer:
+            confirmed = asyncio.Event()
+            count = 0
+
+            def on_confirm(status) -> None:
+                nonlocal count
+                count += 1
+                if count == len(keys):
+                    confirmed.set()
+
+            for k in keys:
+                await producer.send(AMQPMessage(body=f"r-{k}".encode(), application_properties={"key": k}),
+                                    on_publish_confirm=on_confirm)
+            await asyncio.wait_for(confirmed.wait(), 30)
+
+    asyncio.run(send())
+
+
+def _keys_by_partition(spark, stomp_options, name: str, partitions: int, total: int, prefix: str) -> dict[int, set]:
+    out = {}
+    for i in range(partitions):
+        rows = _read(spark, stomp_options, superStream=name, partitions=f"{name}-{i}").collect()
+        out[i] = {r.body_text[len(prefix):] for r in rows if r.body_text.startswith(prefix)}
+    assert sum(len(v) for v in out.values()) == total
+    return out
+
+
+def test_partition_key_hash_rstream_puts_keys_where_rstreams_super_stream_producer_does(
+        spark, stomp_options, super_streams, unique, stomp_target, broker):
+    name = super_streams.declare(f"spark-super-{unique}", 3)
+    keys = [f"key-{i}" for i in range(60)]
+    _rstream_send_by_key(broker, name, keys)
+    rstreams = _keys_by_partition(spark, stomp_options, name, 3, 60, "r-")
+    assert all(rstreams.values())
+    df = spark.createDataFrame([(k, f"s-{k}") for k in keys], "partitionKey STRING, body STRING").repartition(2)
+    df.write.format("stomp").options(**stomp_options, superStream=name, partitionKeyHash="rstream").mode("append").save()
+    assert _keys_by_partition(spark, stomp_options, name, 3, 60, "s-") == rstreams
+    # the default (the Java, Go and .NET clients' hash) does not agree with rstream's
+    assert {i: {k for k in keys if partition_for_key(k, 3) == i} for i in range(3)} != rstreams
+
+
+def test_a_misspelled_partition_in_starting_offsets_is_an_error_naming_the_known_ones(
+        spark, stomp_options, super_streams, unique, publish):
+    name = super_streams.declare(f"spark-super-{unique}", 2)
+    _fill(publish, name, [1, 1])
+    with pytest.raises(Exception) as info:
+        _read(spark, stomp_options, superStream=name, startingOffsets=json.dumps({f"{name}_0": 0})).collect()
+    assert (f"option startingOffsets names {name}_0, which is not a partition of {name}: "
+            f"its partitions are {name}-0, {name}-1") in str(info.value)
+
+
+def test_a_routing_key_write_counts_and_logs_the_rows_no_binding_takes(
+        spark, stomp_target, broker, super_streams, unique, caplog):
+    """The task's own write() (run here, in this process, where its log can be read): rows whose
+    routingKey no binding takes are counted in the commit message and logged at WARNING."""
+    import pyarrow as pa
+
+    from stomp_bridge.spark.source import StompWriter
+
+    name = super_streams.declare(f"spark-super-{unique}", 2)
+    options = {"host": stomp_target.host, "port": str(stomp_target.port), "login": "guest", "passcode": "guest",
+               "streamHost": broker.host, "streamPort": str(stream_port(broker)), "protocol": "stream",
+               "superStream": name}
+    keys = ["0", "1", "nowhere", "0", "elsewhere", "nowhere"]
+    schema = spark.createDataFrame([], "routingKey STRING, body STRING").schema
+    writer = StompWriter(options, schema)
+    batch = pa.RecordBatch.from_pydict({"routingKey": keys, "body": [f"r{i}" for i in range(len(keys))]})
+    with caplog.at_level("WARNING", logger="stomp_bridge.spark"):
+        message = writer.write(iter([batch]))
+    assert (message.messages, message.unroutable) == (3, 3)
+    assert (f"superStream {name}: 3 row(s) had a routingKey no binding of the super stream takes; "
+            "RabbitMQ would drop them, so they were not sent") in caplog.text
+    got = {i: _read(spark, options, partitions=f"{name}-{i}").collect() for i in range(2)}
+    assert sorted(r.body_text for r in got[0]) == ["r0", "r3"]
+    assert [r.body_text for r in got[1]] == ["r1"]
