@@ -453,7 +453,8 @@ async def run_case(case: Case, *, subscribers: int, rate: float, seconds: float,
             "rabbit_queues": queues,
             "rabbit_cpu_s": bcpu, "rabbit_cpu_raw_s": bcpu_raw, "rabbit_idle_cores": idle_rate,
             "bridge_idle_cores": bridge_idle_rate if pids else None,
-            "rabbit_us_per_published_raw": bcpu_raw / messages * 1e6 if bcpu_raw is not None else None, "bridge_cpu_s": sum(cpu) if pids else None, "client_cpu_s": ccpu,
+            "rabbit_us_per_published_raw": bcpu_raw / messages * 1e6 if bcpu_raw is not None else None,
+            "bridge_cpu_s": sum(cpu) if pids else None, "client_cpu_s": ccpu,
             "rabbit_us_per_published": bcpu / messages * 1e6 if bcpu is not None else None,
             "rabbit_us_per_delivery": bcpu / max(1, delivered) * 1e6 if bcpu is not None else None,
             "bridge_us_per_delivery": sum(cpu) / max(1, delivered) * 1e6 if pids else None,
@@ -513,8 +514,8 @@ def print_cases(title: str, cases: dict[str, dict], native: str = "native") -> N
 
     print(title)
     header = ("case", "queues", "rabbit µs/pub", "÷native", "rabbit µs/deliv", "bridge µs/copy", "÷native/deliv",
-              "p50 ms", "p99 ms", "msg/s sent", "rabbit kB/sub", "(conn+q)", "(beam RSS)", "bridge kB/sub", "RSS MB", "delivered",
-              "missing", "errors", "client s")
+              "p50 ms", "p99 ms", "msg/s sent", "rabbit kB/sub", "(conn+q)", "(beam RSS)", "bridge kB/sub", "RSS MB",
+              "delivered", "missing", "errors", "client s")
     rows = [header]
     n = cases.get(native)
     for name, c in cases.items():
@@ -523,7 +524,8 @@ def print_cases(title: str, cases: dict[str, dict], native: str = "native") -> N
             ratio = f"{c['rabbit_us_per_published'] / n['rabbit_us_per_published']:.4f}"
         if n and n.get("rabbit_us_per_delivery") and c.get("bridge_us_per_delivery") is not None:
             per = f"{c['bridge_us_per_delivery'] / n['rabbit_us_per_delivery']:.2f}"
-        rows.append((name, f(c.get("rabbit_queues"), ".0f"), f(c.get("rabbit_us_per_published"), ".0f"), ratio, f(c.get("rabbit_us_per_delivery")),
+        rows.append((name, f(c.get("rabbit_queues"), ".0f"), f(c.get("rabbit_us_per_published"), ".0f"), ratio,
+                     f(c.get("rabbit_us_per_delivery")),
                      f(c.get("bridge_us_per_delivery")), per, f(c.get("p50_ms")), f(c.get("p99_ms")),
                      f(c.get("achieved_rate")),
                      f(c.get("rabbit_kb_per_subscriber")), f(c.get("rabbit_conn_queue_kb_per_subscriber")),
@@ -537,6 +539,13 @@ def print_cases(title: str, cases: dict[str, dict], native: str = "native") -> N
     for name, c in cases.items():
         if c.get("error_first"):
             print(f"  {name}: first error: {c['error_first']}")
+    print("queues: bound to the topic (the copies RabbitMQ routes per published message); rabbit µs/pub: RabbitMQ's "
+          "CPU per published message less its idle rate, ÷native: over the plugin's; bridge µs/copy: the bridge's CPU "
+          "per delivered copy, ÷native/deliv: over RabbitMQ's per delivery with its plugin; p50/p99: send to receive; "
+          "msg/s sent: the publish rate achieved; rabbit kB/sub: the node's Erlang memory (conn+q: its connection and "
+          "queue parts; beam RSS) after subscribing less before, over the subscribers; bridge kB/sub: its RSS so; "
+          "missing: copies not delivered within --fanout-drain; client s: this process's CPU (near the run's seconds: "
+          "the client limited it)")
 
 
 async def run_matrix(cases: list[Case], runs: int, **kw) -> dict[str, dict]:
