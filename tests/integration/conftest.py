@@ -171,7 +171,7 @@ NATIVE_44_DIFFERENCES = {
     "test_errors.py::test_every_frame_ends_with_nul_and_a_newline": _UNROUTABLE,
     "test_auth.py::test_topic_permissions_apply_to_topic_send": _UNROUTABLE,
     "test_destinations.py::test_topic_without_subscribers_discards": _UNROUTABLE,
-    "test_heartbeat.py::test_client_heart_beats_keep_connection_alive": _UNROUTABLE,
+    "test_heartbeat.py::test_client_heart_beats_keep_connection_alive": _UNEXAMINED,  # closed after a heart-beating client SENDs
     "test_destinations.py::test_temp_queue_reply_to_round_trip":
         "4.4 names reply queues stomp.gen-…, not amq.gen-…: kept (the name is RabbitMQ's)",
     "test_messaging.py::test_message_id_format_is_per_subscription_and_session":
