@@ -294,7 +294,8 @@ def test_invalid_destination_gets_error(connected, after_error, command, destina
     error = conn.expect("ERROR")
     assert error["message"] == message
     assert error.text == text
-    after_error(conn, lambda: conn.receipt("SEND", {"destination": "/topic/still-usable"}, "x"))
+    # still usable: a frame RabbitMQ need not route (4.4 never receipts an unroutable SEND)
+    after_error(conn, lambda: conn.receipt("BEGIN", {"transaction": "alive"}))
 
 
 @pytest.mark.parametrize("command", ["SEND", "SUBSCRIBE"])
