@@ -131,7 +131,8 @@ def exactly_once(cluster: Cluster, args: argparse.Namespace, zipped: Path, super
     out, checkpoint = work / "eo-out", work / "eo-checkpoint"
     job = [str(ROOT / "examples" / "spark" / "super_stream.py"), "read", "--host", "127.0.0.1",
            "--port", str(args.bridge_port), "--super-stream", super_stream, "--output", str(out),
-           "--checkpoint", str(checkpoint), "--available-now", "--max-per-trigger", str(args.per_trigger)]
+           "--checkpoint", str(checkpoint), "--available-now", "--max-per-trigger", str(args.per_trigger),
+           "--protocol", args.protocol, "--stream-port", str(args.stream_port)]
     log = work / "eo-driver.log"
     events = []
     driver = submit(cluster, args, zipped, 2, *job, log=log)
@@ -176,6 +177,9 @@ def main() -> int:
     ap.add_argument("--executors", default="1,2,3", help="executor counts to read with")
     ap.add_argument("--per-trigger", type=int, default=20_000, help="maxMessagesPerTrigger of the exactly-once run")
     ap.add_argument("--skip-exactly-once", action="store_true")
+    ap.add_argument("--protocol", default="auto", choices=("auto", "stream", "stomp"),
+                    help="the connector's path: auto (streams over the stream protocol), stream or stomp")
+    ap.add_argument("--stream-port", type=int, default=5543, help="RabbitMQ's stream port (4.3's by default)")
     ap.add_argument("--json", metavar="PATH")
     args = ap.parse_args()
 
@@ -193,6 +197,7 @@ def main() -> int:
         rabbit.request("POST", f"/bindings/%2F/e/{super_stream}/q/{super_stream}-{i}",
                        {"routing_key": str(i), "arguments": {"x-stream-partition-order": i}})
     bridge = start_bridge(args.bridge_port, {"amqp_url": args.amqp_url})
+    os.environ["STOMP_SPARK_OPTIONS"] = json.dumps({"protocol": args.protocol, "streamPort": str(args.stream_port)})
     cluster = Cluster(work, args.master_port)
     report: dict = {"rows": args.rows, "partitions": args.partitions, "workers": args.workers}
     job = str(ROOT / "bench" / "spark_cluster_job.py")
@@ -204,7 +209,7 @@ def main() -> int:
                                         log=log), log, 1800)
         print("write", report["write"], flush=True)
         report["reads"] = []
-        for n in (int(x) for x in args.executors.split(",")):
+        for n in (int(x) for x in args.executors.split(",") if x.strip()):
             log = work / f"read-{n}.log"
             got = result(submit(cluster, args, zipped, n, job, "read", "127.0.0.1", str(args.bridge_port),
                                 super_stream, log=log), log, 1800)

@@ -10,6 +10,7 @@ timed in the driver around the action only (not the JVM's and the session's star
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -25,6 +26,7 @@ def main(argv: list[str]) -> int:
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     conn = {"host": host, "port": port, "login": "guest", "passcode": "guest", "superStream": super_stream}
+    conn.update(json.loads(os.environ.get("STOMP_SPARK_OPTIONS", "{}")))  # e.g. protocol, streamPort
     if command == "write":
         rows, tasks = int(argv[4]), int(argv[5])
         df = (spark.range(rows, numPartitions=tasks)

@@ -48,18 +48,6 @@ def raw_values(frame: Frame) -> tuple:
             int(offset) if offset is not None else None, timestamp)
 
 
-def message_columns(frame: Frame) -> tuple:
-    """``Columns.add``'s arguments for one MESSAGE: body, destination, headers, message id,
-    offset, timestamp in milliseconds."""
-    h = frame.headers
-    offset = h.get("x-stream-offset")
-    ts = h.get("timestamp")
-    timestamp = int(ts) * 1000 if ts is not None and ts.lstrip("-").isdigit() else None
-    headers = {k: v for k, v in h.items() if k not in _NOT_IN_HEADERS}
-    return (frame.body, h.get("destination"), headers, h.get("message-id"),
-            int(offset) if offset is not None else None, timestamp)
-
-
 # -- JSON bodies -------------------------------------------------------------------------
 
 

@@ -62,7 +62,6 @@ from stomp_bridge.spark.rows import (
     RAW_COLUMNS,
     RAW_SCHEMA,
     body_bytes,
-    message_columns,
     row_to_json,
     send_headers,
 )
@@ -281,7 +280,7 @@ class _Reader:
         log.warning("failOnDataLoss=false, skipping: %s", text.split(" To skip")[0])
 
     def batches_of_frames(self, frames: Iterator, maker: BatchMaker):
-        """STOMP MESSAGEs in Arrow batches of up to BATCH_ROWS rows (``rows.message_columns``,
+        """STOMP MESSAGEs in Arrow batches of up to BATCH_ROWS rows (``rows.raw_values`` in columns,
         inlined: this loop runs once per message)."""
         columns = Columns()
         hidden = NOT_IN_HEADERS

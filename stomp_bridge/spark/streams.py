@@ -242,7 +242,7 @@ class StreamSession:
         except StreamProtocolError:
             return []
 
-    def chunks(self, stream: str, lo: int, hi: int, lost=None, credit: int = 4) -> Iterator[tuple]:
+    def chunks(self, stream: str, lo: int, hi: int, lost=None, credit: int = 10) -> Iterator[tuple]:
         """``(Deliver frame, start, stop)`` for every chunk that holds ``[lo, hi)``: its entries
         ``start`` to ``stop`` (exclusive) are the range's; data loss goes to ``lost``."""
         if hi <= lo:

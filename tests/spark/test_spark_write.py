@@ -107,3 +107,22 @@ def test_wrong_credentials_fail_with_the_servers_refusal(spark, stomp_options, s
         assert "the STOMP server refused CONNECT: Bad CONNECT: Access refused for user 'guest'" in str(info.value)
     else:
         assert "refused the login of 'guest' on vhost '/'" in str(info.value)
+
+
+def test_a_retried_stream_write_task_is_deduplicated_by_rabbitmq(spark, stomp_target, broker, stream):
+    """The task's own write() twice with the same producer name (a retried attempt of partition 0
+    of one write): RabbitMQ drops the second attempt's rows, by their publishing ids."""
+    import pyarrow as pa
+
+    from stomp_bridge.spark.source import StompWriter
+    from tests.spark.conftest import stream_port
+
+    options = {"host": stomp_target.host, "port": str(stomp_target.port), "login": "guest", "passcode": "guest",
+               "streamHost": broker.host, "streamPort": str(stream_port(broker)), "protocol": "stream",
+               "destination": f"/amq/queue/{stream}"}
+    writer = StompWriter(options, spark.createDataFrame([], "body STRING").schema)
+    batch = pa.RecordBatch.from_pydict({"body": [f"d{i}" for i in range(50)]})
+    assert writer.write(iter([batch.slice(0, 30)])).messages == 30  # the first attempt fails after 30 rows
+    assert writer.write(iter([batch])).messages == 50  # the retry sends all 50: RabbitMQ confirms all
+    got = spark.read.format("stomp").options(**options).load().orderBy("stream_offset").collect()
+    assert [r.body_text for r in got] == [f"d{i}" for i in range(50)]
