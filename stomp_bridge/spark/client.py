@@ -17,7 +17,6 @@ import sys
 import time
 from typing import Iterator
 
-from stomp_bridge.protocol.errors import StompError
 from stomp_bridge.protocol.frames import Frame, serialize
 from stomp_bridge.protocol.parser import FrameParser, Limits
 from stomp_bridge.spark.options import ConnectionOptions
@@ -82,7 +81,7 @@ class ServerFrames:
         try:
             text = head.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise StompError(f"frame headers are not UTF-8: {exc}") from None
+            raise MalformedFrame(f"frame headers are not UTF-8: {exc}") from None
         if "\r" in text:
             text = text.replace("\r\n", "\n")
         lines = text.split("\n")
@@ -101,17 +100,22 @@ class ServerFrames:
             try:
                 stop = start + int(length)
             except ValueError:
-                raise StompError(f"content-length {length!r} is not a number") from None
+                raise MalformedFrame(f"content-length {length!r} is not a number") from None
             if n <= stop:
                 return None
             if buf[stop] != 0:
-                raise StompError("the body is not followed by NUL where content-length says it ends")
+                raise MalformedFrame("the body is not followed by NUL where content-length says it ends")
         else:
             stop = buf.find(b"\0", start)
             if stop < 0:
                 return None
         self.pos = stop + 1
         return Frame(command, headers, bytes(buf[start:stop]))
+
+
+class MalformedFrame(ValueError):
+    """A frame from the server this client cannot read (the poll turns it into a StompClientError);
+    not the bridge's StompError, which is an ERROR frame for a client."""
 
 
 class StompClientError(RuntimeError):
@@ -201,7 +205,7 @@ class StompClient:
         while True:
             try:
                 frame = self._parser.next_frame()
-            except StompError as exc:
+            except MalformedFrame as exc:
                 raise StompClientError(
                     f"the STOMP server at {self.options.host}:{self.options.port} sent a malformed frame: {exc}"
                 ) from exc

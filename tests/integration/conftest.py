@@ -147,9 +147,10 @@ def oauth(broker, oauth_backend):
 
 # -- RabbitMQ 4.4's native plugin where the bridge does not follow it --------------------------
 # STOMP_BRIDGE_TEST_TARGET=native in front of the 4.4 preview: tests that hold the plugin to what
-# the bridge keeps (docs/compatibility.md, "RabbitMQ 4.4"), each with why. Not strict: a few are
-# not examined yet, and a difference the preview loses on its way to 4.4 should show as an xpass,
-# not fail the run. The bridge runs (bridge:4.4) hold the bridge to every one of these tests.
+# the bridge keeps (docs/compatibility.md, "RabbitMQ 4.4"), each with why. Not run: most of them
+# wait out a read deadline for a frame the plugin never sends (run, they cost the native:4.4 run
+# minutes); `--runxfail` runs them to see which still differ. The bridge runs (bridge:4.4) hold
+# the bridge to every one of these tests.
 _ERLANG_TERMS = "4.4 formats ERROR details as Erlang terms (<<\"id\">>), likely unintended: kept"
 _UNROUTABLE = "4.4 never receipts an unroutable SEND, likely unintended: kept"
 _NO_EQUIVALENCE = "4.4 has no argument-equivalence check on a re-declare, likely unintended: kept"
@@ -206,5 +207,5 @@ def pytest_collection_modifyitems(config, items):
         name = item.nodeid.split("tests/integration/", 1)[-1]
         for prefix, reason in NATIVE_44_DIFFERENCES.items():
             if name == prefix or name.startswith(prefix + "["):
-                item.add_marker(pytest.mark.xfail(reason=reason, strict=False))
+                item.add_marker(pytest.mark.xfail(reason=reason, run=False))
                 break
