@@ -62,21 +62,26 @@ def delivered(core: Context, consumer_tag: str, shared: hdr.SharedMessage) -> in
     sub = core.subscriptions.get(consumer_tag)
     if sub is None or core.state is CLOSED:
         return 0
-    first = shared.first(consumer_tag, core.session_id)
-    if sub.filter is not None and not sub.filter({**first, **shared.headers}):
-        return 0
+    if sub.filter is not None:
+        first = shared.first(consumer_tag, core.session_id)
+        if not sub.filter({**first, **shared.headers}):
+            return 0
     version = core.version
     try:
         version = "1.2" if version == "1.0" else version
-        head, tail = message_head(first, version), shared.tail(version)
+        parts = sub.head_parts
+        if parts is None or parts[0] != version:
+            parts = sub.head_parts = (version, hdr.SharedMessage.head_parts(consumer_tag, core.session_id, version))
+        head, tail = shared.head(parts[1], version), shared.tail(version)
     except ValueError:  # a raw CR that 1.1 cannot escape: the whole MESSAGE in 1.2, as encode's
-        head, tail = message_head(first, "1.2"), shared.tail("1.2")
+        head = message_head(shared.first(consumer_tag, core.session_id), "1.2")
+        tail = shared.tail("1.2")
     counters = core.counters
     counters.messages_delivered += 1
     counters.frames_out["MESSAGE"] += 1
-    parts = (head, tail, b"")  # (head, body, end), as a large body's: written without a copy
+    pieces = (head, tail, b"")  # (head, body, end), as a large body's: written without a copy
     if sub.held is not None:
-        sub.held.append(parts)
+        sub.held.append(pieces)
     else:
-        core.out.append(parts)  # the hub writes every subscriber's once it has handed them all
+        core.out.append(pieces)  # the hub writes every subscriber's once it has handed them all
     return len(head) + len(tail)

@@ -55,6 +55,8 @@ class Subscription:
     resubscribing: bool = False  # a resubscribe runs (``subscribe.resubscribe``)
     watch_stream: bool = False  # its deliveries are looked at for a stream's (``core/streams.py``)
     shared: bool = False  # its MESSAGEs come from a queue shared with others (``core/fanout.py``)
+    # a shared subscription's (version, SharedMessage.head_parts): its heads' common bytes
+    head_parts: tuple[str, tuple[bytes, bytes]] | None = None
     # A named stream subscription's offsets (``core/resume.py``); None for every other one.
     position: StreamPosition | None = None
 

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 from stomp_bridge.protocol.arguments import integer_header as _integer
 from stomp_bridge.protocol.destinations import DEST_PREFIXES, REPLY_QUEUE_PREFIX, base64url, message_destination
 from stomp_bridge.protocol.errors import FrameRejected, processing_error
-from stomp_bridge.protocol.frames import message_tail
+from stomp_bridge.protocol.frames import header_lines, message_tail
 from stomp_bridge.protocol.integers import NONE, parse_int
 from stomp_bridge.protocol.scheduled import EXCHANGE_HEADER, drop_internal
 
@@ -252,7 +252,7 @@ class SharedMessage:
     entry named like one of the first three is left out, as ``message_headers`` leaves it out
     for a subscription with an id (the first value wins)."""
 
-    __slots__ = ("delivery_tag", "destination", "headers", "properties", "body", "end", "_tails")
+    __slots__ = ("delivery_tag", "destination", "headers", "properties", "body", "end", "_tails", "_middles")
 
     def __init__(self, delivery_tag: int, redelivered: bool, exchange: str, routing_key: str,
                  properties: Mapping[str, Any], body: bytes, end: bytes) -> None:
@@ -266,11 +266,33 @@ class SharedMessage:
         self.body = body
         self.end = end
         self._tails: dict[str, bytes] = {}
+        self._middles: dict[str, bytes] = {}
 
     def first(self, consumer_tag: str, session_id: str) -> dict[str, str]:
         """The headers of one subscriber's MESSAGE that come before the common ones."""
         return {"subscription": consumer_tag[_TAG_PREFIX_LENGTH:], "destination": self.destination,
                 "message-id": f"{consumer_tag}@@{session_id}@@{self.delivery_tag}"}
+
+    @staticmethod
+    def head_parts(consumer_tag: str, session_id: str, version: str) -> tuple[bytes, bytes]:
+        """What one subscriber's heads share, for ``version``, made once per subscription: the
+        ``subscription`` line (after MESSAGE) and its ``message-id`` line up to the delivery tag
+        (whose digits no version escapes). ValueError: ``version`` cannot carry them."""
+        subscription = header_lines("MESSAGE", {"subscription": consumer_tag[_TAG_PREFIX_LENGTH:]}, version)
+        message_id = header_lines("MESSAGE", {"message-id": f"{consumer_tag}@@{session_id}@@"}, version)
+        # a line header_lines leaves out (a NUL) stays out: b"" then, and no tag after it
+        return f"MESSAGE\n{subscription}".encode(), message_id[:-1].encode()
+
+    def head(self, parts: tuple[bytes, bytes], version: str) -> bytes:
+        """``message_head(self.first(…), version)`` from a subscriber's ``head_parts``, without
+        its dict, escapes and checks per copy (tests/unit/test_fanout.py holds the two equal)."""
+        middle = self._middles.get(version)
+        if middle is None:
+            middle = self._middles[version] = header_lines(
+                "MESSAGE", {"destination": self.destination}, version).encode()
+        if not parts[1]:
+            return parts[0] + middle
+        return b"%s%s%s%d\n" % (parts[0], middle, parts[1], self.delivery_tag)
 
     def tail(self, version: str) -> bytes:
         """The common rest of the MESSAGE for ``version`` (ValueError: it cannot carry a header)."""
