@@ -597,7 +597,7 @@ class StompWriter(DataSourceArrowWriter):
         routes: dict = {}
         unroutable = 0
         with streams.StreamSession(self.conn) as session:
-            limit = min(FRAME_BYTES, getattr(session.client, "_frame_max", FRAME_BYTES) - 1024)
+            limit = min(FRAME_BYTES, session.frame_max(FRAME_BYTES) - 1024)
             outs: dict[str, list] = {}  # stream -> [publisher, next id, pending messages, pending bytes]
 
             def flush(out) -> None:

@@ -95,6 +95,12 @@ class StreamSession:
         self.client = None
         self._next_id = 0
 
+    def frame_max(self, default: int) -> int:
+        """The frame size RabbitMQ and rstream agreed at the handshake. rstream keeps it only in
+        a private attribute (``Client._frame_max``, rstream 1.1): read here alone, and
+        tests/unit/test_spark_arrow.py fails when rstream stops setting it."""
+        return getattr(self.client, "_frame_max", default) or default
+
     @property
     def where(self) -> str:
         return f"{self.options.stream_host}:{self.options.stream_port}"

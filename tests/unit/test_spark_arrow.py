@@ -99,3 +99,13 @@ def test_the_rstream_key_hash_is_rstreams_own():
     theirs = {k: asyncio.run(strategy.route(k, Metadata()))[0] for k in keys}
     assert {k: f"p-{partition_for_key(k, 3, 'rstream')}" for k in keys} == theirs
     assert any(partition_for_key(k, 3) != partition_for_key(k, 3, "rstream") for k in keys)
+
+
+def test_rstream_still_keeps_the_negotiated_frame_max_where_the_writer_reads_it():
+    """``StreamSession.frame_max`` reads rstream's private ``Client._frame_max`` (the write's
+    batch limit): a newer rstream without it must fail here, not write batches RabbitMQ refuses."""
+    import inspect
+
+    import rstream.client as client  # the [spark] extra, which scripts/ensure-venv installs
+
+    assert "self._frame_max" in inspect.getsource(client.Client), "rstream no longer sets Client._frame_max"
