@@ -308,7 +308,9 @@ class _Reader:
         Arrow (``<stream>@<offset>``). Any other message is decoded one by one."""
         columns = Columns()
         columns.id_prefix = f"{name}@"
-        default_destination = STREAM_PREFIX + name
+        # a message without routing annotations (a stream-protocol publish): what the STOMP
+        # path shows for it, and docs/spark.md says, /queue/<stream>
+        default_destination = "/queue/" + name
         for frame, start, stop in session.chunks(name, lo, hi, self.lost):
             first = frame.chunk_first_offset
             n = stop - start

@@ -11,6 +11,7 @@ from types import ModuleType
 import pytest
 
 from stomp_bridge.spark.partitions import partition_for_key
+from testkit.brokers import selected
 from tests.integration.rawstomp import RawStomp
 from tests.spark.conftest import consume
 
@@ -35,7 +36,11 @@ super_stream = _example("super_stream")
 
 
 def _connection_args(stomp_target) -> list[str]:
-    return ["--host", stomp_target.host, "--port", str(stomp_target.port)]
+    """The examples' connection flags for the broker under test: its own stream port too (the
+    default 5552 is the machine's own broker's, which may answer while the tests use another)."""
+    local = selected()
+    return ["--host", stomp_target.host, "--port", str(stomp_target.port),
+            "--stream-port", str(local.stream_port if local is not None else 5552)]
 
 
 def test_windowed_aggregation_writes_parquet_and_publishes_each_window(
