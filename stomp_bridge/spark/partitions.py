@@ -145,6 +145,17 @@ class DataLoss:
                 "startingOffsets=earliest; to keep messages longer, raise the stream's retention "
                 "(x-max-length-bytes, x-max-age).")
 
+    def against(self, stored: int | None) -> DataLoss | None:
+        """This gap as loss, given the first offset the stream still stores (``stored``; None:
+        empty or gone). Only offsets below ``stored`` were removed: a gap above it holds no
+        messages, as RabbitMQ delivers no tracking chunks (a stored consumer offset, a segment's
+        producer snapshot) and each takes an offset."""
+        if self.first is None or stored is None:
+            return self
+        if self.wanted >= stored:
+            return None
+        return DataLoss(self.partition, self.wanted, min(self.first, stored))
+
 
 def dump_offsets(offsets: Mapping[str, int]) -> dict:
     """The checkpoint form: a JSON object, partitions in name order."""

@@ -274,6 +274,11 @@ class _Reader:
     # -- reading a range --------------------------------------------------------------------
 
     def lost(self, loss: DataLoss) -> None:
+        """A gap in a read's offsets: data loss if retention removed them (asks the stream)."""
+        if loss.first is not None:
+            loss = loss.against(self._first(loss.partition))
+            if loss is None:
+                return
         text = loss.message(self.opts.super_stream)
         if self.opts.fail_on_data_loss:
             raise DataLossError(text)

@@ -182,6 +182,51 @@ def test_fail_on_data_loss_trips_on_a_truncated_stream_and_false_skips(
         rabbit.delete_queue(name)
 
 
+def _store_consumer_offset(broker, stream: str, offset: int) -> None:
+    """A stored consumer offset: RabbitMQ writes it as a tracking chunk, which takes an offset of
+    the stream's and is never delivered (returns once the broker answers for it)."""
+    import asyncio
+
+    from rstream import Consumer
+
+    async def store() -> None:
+        consumer = Consumer(broker.host, stream_port(broker), username="guest", password="guest")
+        await consumer.start()
+        try:
+            await consumer.store_offset(stream, "spark-test-reader", offset)
+            for _ in range(100):  # the store has no answer; its query does, once it is written
+                if await consumer.query_offset(stream, "spark-test-reader") == offset:
+                    return
+                await asyncio.sleep(0.05)
+            raise AssertionError(f"the stored offset of {stream} never read back")
+        finally:
+            await consumer.close()
+
+    asyncio.run(store())
+
+
+def test_a_range_that_begins_at_a_tracking_chunk_reads_on_without_data_loss(
+        spark, stomp_options, rabbit, unique, publish, stomp_target, broker):
+    # CI: a query's partition began at the offset of a segment's tracking chunk, and the read failed
+    # with "lost offsets 87 to 87" on a stream retention had not touched there
+    name = f"spark-tracked-{unique}"
+    rabbit.declare_queue(name, arguments={"x-queue-type": "stream"})
+    try:
+        publish(f"/amq/queue/{name}", [f"a{i}" for i in range(5)])  # offsets 0 to 4
+        _store_consumer_offset(broker, name, 3)  # offset 5
+        publish(f"/amq/queue/{name}", [f"b{i}" for i in range(5)])  # offsets 6 to 10
+        with RawStomp(stomp_target.address, timeout=10) as conn:  # the gap is there
+            conn.connect()
+            conn.subscribe(f"/amq/queue/{name}", ack="client", headers={"x-stream-offset": "offset=5", "prefetch-count": "10"})
+            assert conn.expect("MESSAGE")["x-stream-offset"] == "6"
+        rows = _read(spark, stomp_options, destination=f"/amq/queue/{name}", startingOffsets="5").collect()
+        assert sorted((r.stream_offset, r.body_text) for r in rows) == [(6 + i, f"b{i}") for i in range(5)]
+        split = _read(spark, stomp_options, destination=f"/amq/queue/{name}", numPartitions="2").collect()
+        assert len(split) == 10
+    finally:
+        rabbit.delete_queue(name)
+
+
 def _rstream_send_by_key(broker, super_stream: str, keys: list[str]) -> None:
     """rstream's SuperStreamProducer with its hash routing (RouteType.Hash): body ``r-<key>``."""
     import asyncio

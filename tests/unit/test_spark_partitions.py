@@ -110,3 +110,13 @@ def test_super_stream_write_options():
         WriteOptions.parse({"superStream": "inv"}, columns=("body",))
     with pytest.raises(OptionError, match="drop the destination column"):
         WriteOptions.parse({"superStream": "inv"}, columns=("partitionKey", "destination"))
+
+
+def test_a_gap_is_data_loss_only_below_the_first_offset_the_stream_still_stores():
+    gap = DataLoss("ev", 5, 9)
+    assert gap.against(0) is None  # offsets 5 to 8 hold no messages (tracking chunks)
+    assert gap.against(5) is None
+    assert gap.against(7) == DataLoss("ev", 5, 7)  # 5 and 6 removed, 7 and 8 never held messages
+    assert gap.against(12) == DataLoss("ev", 5, 9)  # retention went on after the read began
+    assert gap.against(None) == gap
+    assert DataLoss("ev", 5, None).against(0) == DataLoss("ev", 5, None)  # deleted stays deleted
