@@ -48,7 +48,7 @@ class LocalBroker:
     amqp_port: int
     api_port: int
     stomp_port: int  # the native STOMP plugin, for the differential tests
-    ws_port: int  # the native web-stomp plugin
+    ws_port: int | None  # the native web-stomp plugin (None: not enabled)
     stream_port: int
 
     @property
@@ -162,7 +162,8 @@ def _how_to_start(name: str) -> str:
 
 def local(name: str) -> LocalBroker:
     if name == "system":
-        return LocalBroker("system", 5672, 15672, 61613, 15674, 5552)
+        # no web-stomp: scripts/ensure-rabbitmq leaves 15674 to the bridge (its default ws_port)
+        return LocalBroker("system", 5672, 15672, 61613, None, 5552)
     if name in ("4.3", "4.4", "4.0"):
         vv = name.replace(".", "")
         return LocalBroker(name, int(f"56{vv}"), int(f"156{vv}"), int(f"616{vv}"), int(f"157{vv}"),

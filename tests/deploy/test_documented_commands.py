@@ -59,7 +59,7 @@ ALLOWED: list[tuple[str, str]] = [
      "installs this checkout into .venv, as scripts/ensure-venv does (with the test extras)"),
     (r"(STOMP_BRIDGE_TEST_TARGET=native )?bash scripts/test( .*)?",
      "the test suite itself, of which this test is a part (CI: .ci/run)"),
-    (r"bash scripts/test-brokers( .*)?", "the differential matrix; CI runs it after scripts/test (.ci/run)"),
+    (r"bash scripts/test-brokers( .*)?", "the differential matrix; CI runs it with scripts/test as one of its runs (.ci/run)"),
     (r"docker (build|run|compose) .*",
      "no Docker here: tests/deploy replays the Dockerfile's build stage, runs the installed entry "
      "point and its HEALTHCHECK, and validates docker-compose.yml with docker-compose config"),

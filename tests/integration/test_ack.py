@@ -193,15 +193,20 @@ def _unknown_tag_answer(conn, tag: int, native44: bool, queue: str, receipted: s
     assert (error["message"], error.text) == ("precondition_failed", f"PRECONDITION_FAILED - unknown delivery tag {tag}")
 
 
+def _delivered(connected, queues, name: str, ack: str):
+    """A connection subscribed to a new queue ``name`` with ``ack``, and its one MESSAGE's ack id."""
+    queues.append(name)
+    conn = connected()
+    conn.subscribe(f"/queue/{name}", ack=ack)
+    conn.receipt("SEND", {"destination": f"/queue/{name}"}, "m", receipt_id="sent")
+    return conn, conn.expect("MESSAGE")["message-id"]
+
+
 @pytest.mark.parametrize("command", ["ACK", "NACK"])
 @pytest.mark.parametrize("case", ["ack:auto", "never delivered", "settled already"])
 def test_an_ack_or_nack_of_a_tag_the_channel_does_not_hold(connected, queues, unique, native44, command, case):
     name = f"unknown-tag-{unique}"
-    queues.append(name)
-    conn = connected()
-    conn.subscribe(f"/queue/{name}", ack="auto" if case == "ack:auto" else "client-individual")
-    conn.receipt("SEND", {"destination": f"/queue/{name}"}, "m", receipt_id="sent")
-    message_id = conn.expect("MESSAGE")["message-id"]
+    conn, message_id = _delivered(connected, queues, name, "auto" if case == "ack:auto" else "client-individual")
     if case == "never delivered":
         message_id = message_id.rsplit("@@", 1)[0] + "@@777"
     elif case == "settled already":
@@ -213,11 +218,7 @@ def test_an_ack_or_nack_of_a_tag_the_channel_does_not_hold(connected, queues, un
 def test_a_commit_holding_an_ack_of_a_tag_the_channel_does_not_hold(connected, queues, unique, native44):
     # 4.3: the ACK's RECEIPT when held, the COMMIT's, then the ERROR; 4.4: the ERROR, then the COMMIT's
     name = f"unknown-tag-tx-{unique}"
-    queues.append(name)
-    conn = connected()
-    conn.subscribe(f"/queue/{name}", ack="auto")
-    conn.receipt("SEND", {"destination": f"/queue/{name}"}, "m", receipt_id="sent")
-    message_id = conn.expect("MESSAGE")["message-id"]
+    conn, message_id = _delivered(connected, queues, name, "auto")
     conn.receipt("BEGIN", {"transaction": "t"}, receipt_id="b")
     conn.receipt("ACK", {"id": message_id, "transaction": "t"}, receipt_id="a")
     conn.send_frame("COMMIT", {"transaction": "t", "receipt": "c"})
@@ -232,10 +233,7 @@ def test_a_commit_holding_an_ack_of_a_tag_the_channel_does_not_hold(connected, q
 
 def test_without_a_receipt_the_error_is_all(connected, queues, unique, native44):
     name = f"unknown-tag-plain-{unique}"
-    queues.append(name)
-    conn = connected()
-    conn.subscribe(f"/queue/{name}", ack="client")
-    conn.receipt("SEND", {"destination": f"/queue/{name}"}, "m", receipt_id="sent")
-    message_id = conn.expect("MESSAGE")["message-id"].rsplit("@@", 1)[0] + "@@5"
+    conn, message_id = _delivered(connected, queues, name, "client")
+    message_id = message_id.rsplit("@@", 1)[0] + "@@5"
     conn.send_frame("ACK", {"id": message_id})
     _unknown_tag_answer(conn, 5, native44, name, receipted=None)

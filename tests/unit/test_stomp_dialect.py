@@ -87,12 +87,18 @@ def test_before_4_4_without_a_receipt_the_error_comes_at_once():
     assert error.body == b"PRECONDITION_FAILED - unknown delivery tag 1" and h.core.state is CLOSED
 
 
-def test_before_4_4_a_commit_holding_one_gets_its_receipt_then_the_error():
-    h = _subscribed("4.3")
+def _committed_unknown_tag(dialect: str):
+    """A COMMIT (receipt c) of a transaction holding an ACK of tag 7, never delivered (receipt a), then a SEND."""
+    h = _subscribed(dialect)
     h.frame("BEGIN", {"transaction": "t"})
     h.frame("ACK", {"id": "T_s@@session-test@@7", "transaction": "t", "receipt": "a"})
     h.frame("SEND", {"destination": "/queue/q", "transaction": "t"})
     h.frame("COMMIT", {"transaction": "t", "receipt": "c"})
+    return h
+
+
+def test_before_4_4_a_commit_holding_one_gets_its_receipt_then_the_error():
+    h = _committed_unknown_tag("4.3")
     frames = h.frames()
     assert [(f.command, f.headers.get("receipt-id")) for f in frames] == [("RECEIPT", "a"), ("RECEIPT", "c"), ("ERROR", None)]
     assert frames[2].headers["message"] == "precondition_failed" and h.core.state is CLOSED
@@ -115,11 +121,7 @@ def test_in_front_of_4_4_an_unknown_tag_is_message_not_found_and_the_connection_
 
 
 def test_in_front_of_4_4_a_commit_holding_one_gets_the_error_then_its_receipt_and_runs_the_rest():
-    h = _subscribed("4.4")
-    h.frame("BEGIN", {"transaction": "t"})
-    h.frame("ACK", {"id": "T_s@@session-test@@7", "transaction": "t", "receipt": "a"})
-    h.frame("SEND", {"destination": "/queue/q", "transaction": "t"})
-    h.frame("COMMIT", {"transaction": "t", "receipt": "c"})
+    h = _committed_unknown_tag("4.4")
     h.confirm(1)
     frames = h.frames()
     assert [(f.command, f.headers.get("receipt-id")) for f in frames] == [("RECEIPT", "a"), ("ERROR", None), ("RECEIPT", "c")]
