@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.spark.conftest import consume
+from tests.spark.conftest import consume, stream_port
 
 
 def test_batch_write_sends_every_row_with_its_headers(spark, stomp_options, stream, stomp_target):
@@ -76,6 +76,38 @@ def test_streaming_write_copies_a_stream(spark, stomp_options, stream, rabbit, u
         got = consume(stomp_target, f"/amq/queue/{target}", 8, {"x-stream-offset": "first"})
         assert [f.body.decode() for f in got] == [f"c{i}" for i in range(8)]
         assert all(f["origin"] == "test" for f in got)
+    finally:
+        rabbit.delete_queue(target)
+
+
+def test_a_micro_batch_run_again_after_a_restart_adds_nothing_to_the_stream(
+        spark, stream, rabbit, unique, publish, stomp_target, broker, tmp_path):
+    """The stream path's exactly-once write: a restart runs the micro-batch whose commit Spark did not
+    record again, with the same query id and batch id, so the same producer name and publishing ids,
+    and RabbitMQ drops what it has (through STOMP there is no deduplication: the stream path only)."""
+    options = {"host": stomp_target.host, "port": str(stomp_target.port), "login": "guest", "passcode": "guest",
+               "streamHost": broker.host, "streamPort": str(stream_port(broker))}
+    target = f"spark-once-{unique}"
+    rabbit.declare_queue(target, arguments={"x-queue-type": "stream"})
+    checkpoint = tmp_path / "cp"
+
+    def run() -> None:
+        query = (spark.readStream.format("stomp").options(**options, destination=f"/amq/queue/{stream}").load()
+                 .select("body").writeStream.format("stomp").options(**options, destination=f"/amq/queue/{target}")
+                 .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+        query.awaitTermination(120)
+        assert query.exception() is None
+
+    try:
+        publish(f"/amq/queue/{stream}", [f"o{i}" for i in range(8)])
+        run()
+        commits = sorted((checkpoint / "commits").iterdir(), key=lambda f: int(f.name) if f.name.isdigit() else -1)
+        assert commits[-1].name.isdigit()
+        commits[-1].unlink()  # as if the driver died after the write, before its commit
+        (checkpoint / "commits" / f".{commits[-1].name}.crc").unlink(missing_ok=True)
+        run()
+        got = consume(stomp_target, f"/amq/queue/{target}", 8, {"x-stream-offset": "first"})  # and no 9th
+        assert [f.body.decode() for f in got] == [f"o{i}" for i in range(8)]
     finally:
         rabbit.delete_queue(target)
 
