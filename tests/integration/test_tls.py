@@ -333,7 +333,7 @@ def test_wss_shares_the_tls_context_and_certificate_login(
     context.check_hostname = False
     context.load_cert_chain(*cert)
     with connect(f"wss://127.0.0.1:{b.wss_port}/ws", ssl=context, subprotocols=["v12.stomp"],
-                 open_timeout=30) as ws:  # a deadline: two loaded runs on two cores once took 10 s
+                 open_timeout=30) as ws:  # a deadline: three test runs on two cores once took more than 10 s
         assert ws.socket.version() == "TLSv1.3"
         ws.send("CONNECT\naccept-version:1.2\nhost:/\n\n\0")
         assert ws.recv(timeout=20).split("\n", 1)[0] == "CONNECTED"
