@@ -269,11 +269,9 @@ class StreamSession:
                         lost(DataLoss(stream, nxt, None))
                     return
                 self.loop.run_until_complete(self.client.credit(sub, 1))
-                first = frame.chunk_first_offset
-                if frame.chunk_type != 0:  # a tracking chunk: its offsets hold no messages, none lost
-                    if first <= nxt < first + frame.num_records:
-                        nxt = first + frame.num_records
+                if frame.chunk_type != 0:  # a tracking or trailer chunk, no messages
                     continue
+                first = frame.chunk_first_offset
                 end = first + frame.num_records
                 if end <= nxt:
                     continue
